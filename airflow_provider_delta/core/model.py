@@ -1,0 +1,80 @@
+"""Plain data that the log core hands to the Spark layer and the Airflow skin.
+
+Nothing here touches storage; everything is immutable and cheap to pickle or turn into JSON
+(the operator ships a plan's range, never the plan, to the Spark driver).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class DeletionVectorDescriptor:
+    """A file's deletion vector as the log describes it (PROTOCOL.md, "Deletion Vectors")."""
+
+    storage_type: str  # "u" (relative, UUID-named), "p" (absolute path) or "i" (inline)
+    path_or_inline_dv: str
+    size_in_bytes: int
+    cardinality: int
+    offset: int | None = None
+
+    @property
+    def unique_id(self) -> str:
+        """The identity Delta uses to tell two vectors apart."""
+        base = f"{self.storage_type}{self.path_or_inline_dv}"
+        return base if self.offset is None else f"{base}@{self.offset}"
+
+
+@dataclass(frozen=True)
+class TableMetadata:
+    """The ``metaData`` action in force at some version, with the reader protocol."""
+
+    table_id: str
+    schema: Mapping[str, Any]  # Delta schema JSON, parsed: {"type": "struct", "fields": [...]}
+    partition_columns: tuple[str, ...] = ()
+    configuration: Mapping[str, str] = field(default_factory=dict)
+    min_reader_version: int = 1
+    reader_features: tuple[str, ...] = ()
+
+    @property
+    def column_mapping_mode(self) -> str:
+        """``none``, ``name`` or ``id``."""
+        return self.configuration.get("delta.columnMapping.mode", "none")
+
+
+@dataclass(frozen=True)
+class PlannedFile:
+    """One data file to read, from one AddFile action."""
+
+    version: int  # the commit that added it (for a snapshot: the snapshot's version)
+    path: str  # absolute, decoded URI, e.g. file:///tmp/t/part=a%20b/x.parquet -> file:///tmp/t/part=a b/x.parquet
+    size: int
+    partition_values: Mapping[str, Any]  # typed by the table schema; None for null
+    metadata: TableMetadata  # schema and configuration in force at ``version``
+    deletion_vector: DeletionVectorDescriptor | None = None
+    num_records: int | None = None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The files to read for a version range (or a snapshot), in log order."""
+
+    table_uri: str
+    start_version: int
+    end_version: int
+    files: tuple[PlannedFile, ...]
+    metadata: TableMetadata  # in force at ``end_version``; the schema the result has
+    commit_timestamps: Mapping[int, int] = field(default_factory=dict)  # version -> epoch ms
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.size for f in self.files)
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __iter__(self) -> Iterator[PlannedFile]:
+        return iter(self.files)

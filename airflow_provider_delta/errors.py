@@ -1,0 +1,139 @@
+"""Errors a DAG author must be able to tell apart.
+
+Every message names the table, the version where one applies, and what to do next.
+Errors are *permanent* (retrying cannot help) unless the class says otherwise; the
+trigger and the sensor use :attr:`DeltaProviderError.permanent` to choose between
+failing at once and retrying with backoff.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+
+class DeltaProviderError(Exception):
+    """Base class of every error this provider raises on purpose."""
+
+    permanent = True
+
+    def __init__(self, message: str, *, table_uri: str | None = None, version: int | None = None):
+        super().__init__(message)
+        self.table_uri = table_uri
+        self.version = version
+
+
+class TableNotFoundError(DeltaProviderError):
+    """The path does not exist or holds no ``_delta_log`` with commits or checkpoints."""
+
+    def __init__(self, table_uri: str, detail: str = ""):
+        extra = f" ({detail})" if detail else ""
+        super().__init__(
+            f"{table_uri} is not a Delta table: no commit or checkpoint under "
+            f"{table_uri.rstrip('/')}/_delta_log/{extra}. Check the table_uri and the "
+            "connection's credentials, or create the table first.",
+            table_uri=table_uri,
+        )
+
+
+class VersionNotAvailableError(DeltaProviderError):
+    """A requested version (or timestamp) lies outside what the log can recreate."""
+
+    def __init__(self, table_uri: str, requested: object, earliest: int | None, latest: int | None,
+                 hint: str = ""):
+        window = f"versions {earliest}..{latest}" if earliest is not None else "no versions"
+        super().__init__(
+            f"{table_uri}: {requested} is not available; the log can recreate {window}. "
+            + (hint or "Choose a version inside that window."),
+            table_uri=table_uri,
+            version=requested if isinstance(requested, int) else None,
+        )
+        self.earliest = earliest
+        self.latest = latest
+
+
+class LogGapError(DeltaProviderError):
+    """Commits are missing inside a range (Delta's failOnDataLoss)."""
+
+    def __init__(self, table_uri: str, missing: Iterable[int]):
+        missing = sorted(missing)
+        shown = ", ".join(map(str, missing[:10])) + (" ..." if len(missing) > 10 else "")
+        super().__init__(
+            f"{table_uri}: the transaction log has a gap, commit(s) {shown} are missing "
+            "(data loss, as Delta's failOnDataLoss reports it). The log was cleaned or "
+            "damaged; restart from a version after the gap, e.g. reset the watermark or "
+            "read a snapshot with DeltaTimeTravelOperator.",
+            table_uri=table_uri,
+            version=missing[0] if missing else None,
+        )
+        self.missing = missing
+
+
+class UnsupportedFeatureError(DeltaProviderError):
+    """The table needs a reader feature (or protocol version) this provider does not read."""
+
+    def __init__(self, table_uri: str, feature: str, version: int | None = None, hint: str = ""):
+        at = f" at version {version}" if version is not None else ""
+        super().__init__(
+            f"{table_uri}{at} requires reader feature {feature!r}, which this provider does "
+            "not support. "
+            + (hint or "Read it with an engine that supports the feature (e.g. delta-spark on a "
+               "cluster with the Delta jars), or drop the feature from the table."),
+            table_uri=table_uri,
+            version=version,
+        )
+        self.feature = feature
+
+
+class DataChangeError(DeltaProviderError):
+    """A commit inside the range removed or rewrote data (RemoveFile with dataChange=true)."""
+
+    def __init__(self, table_uri: str, version: int, removed_path: str, allowed_by: str):
+        super().__init__(
+            f"{table_uri}: version {version} changes existing data (it removes {removed_path}); "
+            "an incremental read only accepts appends. Set "
+            f"{allowed_by} to read past it, or reload the table with a snapshot read.",
+            table_uri=table_uri,
+            version=version,
+        )
+        self.removed_path = removed_path
+        self.allowed_by = allowed_by
+
+
+class SchemaChangeError(DeltaProviderError):
+    """A non-additive schema change (drop, rename, type change) inside the range."""
+
+    def __init__(self, table_uri: str, version: int, detail: str):
+        super().__init__(
+            f"{table_uri}: version {version} changes the schema in a non-additive way "
+            f"({detail}). Split the range so it ends at version {version - 1} and starts a "
+            f"new load from version {version}, or reload the table with a snapshot read.",
+            table_uri=table_uri,
+            version=version,
+        )
+
+
+class MissingDataFileError(DeltaProviderError):
+    """A data file the log references no longer exists (vacuumed)."""
+
+    def __init__(self, table_uri: str, version: int | None, path: str):
+        at = f"version {version}" if version is not None else "the requested version"
+        super().__init__(
+            f"{table_uri}: data file {path} of {at} is gone (vacuumed?). Read a newer "
+            "version, or restore the file; raise the table's "
+            "delta.deletedFileRetentionDuration to keep files for longer.",
+            table_uri=table_uri,
+            version=version,
+        )
+        self.path = path
+
+
+class TransientStorageError(DeltaProviderError):
+    """The store failed in a way that a retry may fix (network, throttling)."""
+
+    permanent = False
+
+    def __init__(self, table_uri: str, detail: str):
+        super().__init__(
+            f"{table_uri}: storage request failed ({detail}); it will be retried.",
+            table_uri=table_uri,
+        )
