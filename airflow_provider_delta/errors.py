@@ -137,3 +137,7 @@ class TransientStorageError(DeltaProviderError):
             f"{table_uri}: storage request failed ({detail}); it will be retried.",
             table_uri=table_uri,
         )
+
+
+class WatermarkError(DeltaProviderError):
+    """A stored watermark is malformed, or ahead of the table (recreated or replaced)."""
