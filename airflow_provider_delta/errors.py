@@ -141,3 +141,15 @@ class TransientStorageError(DeltaProviderError):
 
 class WatermarkError(DeltaProviderError):
     """A stored watermark is malformed, or ahead of the table (recreated or replaced)."""
+
+
+class SinkSchemaMismatchError(DeltaProviderError):
+    """The rows to write do not fit the existing target table (names, types or partitioning)."""
+
+    def __init__(self, target_uri: str, detail: str):
+        super().__init__(
+            f"{target_uri}: the rows to write do not match the target table ({detail}); nothing "
+            "was committed. Change the transform or sql so it returns the target's columns and "
+            "types, or point the sink at a new table path.",
+            table_uri=target_uri,
+        )
