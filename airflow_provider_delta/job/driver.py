@@ -1,0 +1,129 @@
+"""The Spark driver program the operators submit: ``driver.py <spec uri> <result uri>``.
+
+It plans from the Delta log (the core), splits the range into batches, reads each batch with
+the Spark layer, applies the transform, writes through the sink, and reports a
+:class:`~airflow_provider_delta.job.spec.JobResult` as JSON. Batches the sink already holds
+(its ``txn`` version, or its published batch folders) are skipped, so re-running a job after a
+crash writes nothing twice.
+
+The file runs as a script (``spark-submit .../driver.py``) and needs this package importable on
+the driver: installed, or shipped with ``py_files`` (see the operators' ``ship_package``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_delta.core import plan_changes, plan_snapshot, split_batches
+from airflow_provider_delta.core.model import Plan
+from airflow_provider_delta.job.sinks import Sink, make_sink
+from airflow_provider_delta.job.spec import BatchResult, JobResult, JobSpec
+from airflow_provider_delta.job.storage import read_text, write_text
+from airflow_provider_delta.spark import read_plan
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger("airflow_provider_delta.job")
+
+
+def run_job(spark: SparkSession, spec: JobSpec) -> JobResult:
+    """Run every batch of ``spec`` that the sink does not hold yet; return what was done."""
+    sink = make_sink(spec.sink)
+    committed = sink.committed_version()
+    batches = _batches(spec, committed)
+    log.info("%s: %d batch(es) to run (sink holds up to version %s)", spec.table_uri,
+             len(batches), committed)
+    results = []
+    for number, batch in enumerate(batches, start=1):
+        log.info("batch %d/%d: versions %d..%d, %d file(s), %d bytes", number, len(batches),
+                 batch.start_version, batch.end_version, len(batch), batch.total_bytes)
+        results.append(_run_batch(spark, spec, sink, batch))
+    start, end = _covered_range(spec, committed)
+    return JobResult(spec.table_uri, spec.mode, start, end, tuple(results))
+
+
+def _batches(spec: JobSpec, committed: int | None) -> list[Plan]:
+    options = {"storage_options": spec.storage_options}
+    if spec.mode == "snapshot":
+        if committed is not None and committed >= spec.snapshot_version:
+            return []
+        return [plan_snapshot(spec.table_uri, version=spec.snapshot_version, **options)]
+    start, end = _covered_range(spec, committed)
+    if end is not None and start > end:
+        return []
+    plan = plan_changes(
+        spec.table_uri, start, end,
+        ignore_deletes=spec.ignore_deletes, ignore_changes=spec.ignore_changes,
+        skip_change_commits=spec.skip_change_commits, **options,
+    )
+    return split_batches(plan, max_files=spec.max_files, max_bytes=spec.max_bytes)
+
+
+def _covered_range(spec: JobSpec, committed: int | None) -> tuple[int, int | None]:
+    """The range still to write: versions up to ``committed`` are in the sink already."""
+    if spec.mode == "snapshot":
+        return spec.snapshot_version, spec.snapshot_version
+    start = spec.start_version
+    if committed is not None and committed >= start:
+        start = committed + 1
+    return start, spec.end_version
+
+
+def _run_batch(spark: SparkSession, spec: JobSpec, sink: Sink, batch: Plan) -> BatchResult:
+    df = read_plan(spark, batch)
+    context = {**spec.context, "table_uri": spec.table_uri,
+               "start_version": batch.start_version, "end_version": batch.end_version}
+    out = transform(spark, df, spec, context)
+    if out is not None:
+        sink.check(out)
+    written = sink.write(out, batch.start_version, batch.end_version)
+    return BatchResult(
+        start_version=batch.start_version, end_version=batch.end_version, files=len(batch),
+        bytes=batch.total_bytes, rows=written.rows, sink_version=written.sink_version,
+    )
+
+
+def transform(spark: SparkSession, df: DataFrame, spec: JobSpec,
+              context: dict[str, Any]) -> DataFrame | None:
+    """Apply ``spec.transform`` (``"module:function"``) or ``spec.sql`` (over view ``changes``)."""
+    if spec.sql:
+        df.createOrReplaceTempView("changes")
+        return spark.sql(spec.sql)
+    if spec.transform:
+        return load_callable(spec.transform)(spark, df, context)
+    return df
+
+
+def load_callable(reference: str) -> Any:
+    """Import ``"package.module:function"``."""
+    module_name, _, attribute = reference.partition(":")
+    if not module_name or not attribute:
+        raise ValueError(f"transform {reference!r} is not of the form 'module:function'")
+    return getattr(importlib.import_module(module_name), attribute)
+
+
+def main(argv: list[str]) -> int:
+    """Entry point under ``spark-submit``: read the spec, run it, write the result."""
+    from pyspark.sql import SparkSession
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    spec_uri, result_uri = argv
+    spec = JobSpec.from_json(read_text(spec_uri))
+    spark = SparkSession.builder.appName(f"delta-load {spec.table_uri}").getOrCreate()
+    # Delta partition values and the oracle are in UTC; a local default would shift timestamps.
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
+    try:
+        result = run_job(spark, spec)
+        write_text(result_uri, result.to_json())
+        log.info("done: %s", result.to_json())
+    finally:
+        spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

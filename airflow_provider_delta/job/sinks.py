@@ -1,0 +1,239 @@
+"""Where a batch's rows go, each write committed exactly once.
+
+* :class:`DeltaAppendSink` needs no Delta jars: Spark writes Parquet files into a fresh staging
+  folder inside the target table, then ``deltalake`` commits them in ONE transaction that also
+  carries a ``txn`` action (appId, version = the batch's last source version), as Delta's
+  idempotent writes do. Files of a failed attempt stay uncommitted orphans (VACUUM removes them).
+* :class:`FormatSink` writes any Spark format, one folder per batch, overwritten on re-run.
+* :class:`NoSink`: the transform wrote by itself.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import struct
+import uuid
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
+
+import obstore
+import pyarrow as pa
+import pyarrow.parquet as pq
+from deltalake import DeltaTable, Schema
+from deltalake.exceptions import TableNotFoundError as DeltaTableNotFound
+from deltalake.transaction import (
+    AddAction,
+    CommitProperties,
+    Transaction,
+    create_table_with_add_actions,
+)
+
+from airflow_provider_delta.errors import SinkSchemaMismatchError
+from airflow_provider_delta.job.spec import SinkSpec
+from airflow_provider_delta.job.storage import list_files, spark_uri, store_for, to_uri
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+log = logging.getLogger(__name__)
+
+STAGING_FOLDER = "airflow_staging"
+HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
+
+
+@dataclass(frozen=True)
+class SinkWrite:
+    """What one batch's write left in the target."""
+
+    rows: int | None
+    sink_version: int | None = None
+
+
+class Sink(ABC):
+    """One target. ``committed_version`` tells the driver which source versions are in already."""
+
+    def committed_version(self) -> int | None:
+        """The last source version the target holds for this job, None if unknown or none."""
+        return None
+
+    def check(self, df: DataFrame) -> None:  # noqa: B027 - optional hook
+        """Refuse rows that cannot be written, before anything is written."""
+
+    @abstractmethod
+    def write(self, df: DataFrame | None, start_version: int, end_version: int) -> SinkWrite:
+        """Write one batch (source versions ``start_version..end_version``)."""
+
+
+class NoSink(Sink):
+    """The transform wrote the rows itself; nothing to do."""
+
+    def write(self, df: DataFrame | None, start_version: int, end_version: int) -> SinkWrite:
+        return SinkWrite(rows=None)
+
+
+class FormatSink(Sink):
+    """Any Spark data source format; batch ``s..e`` goes to ``<path>/source_versions=s-e``.
+
+    Spark's output committer publishes a batch folder (with ``_SUCCESS``) only when the whole
+    job succeeded, and a re-run overwrites it, so a batch never lands twice.
+    """
+
+    def __init__(self, spec: SinkSpec):
+        self.spec = spec
+
+    def committed_version(self) -> int | None:
+        ends = [
+            int(meta["path"].split("/")[0].split("-")[-1])
+            for meta in list_files(self.spec.path, "", self.spec.storage_options)
+            if meta["path"].startswith("source_versions=") and meta["path"].endswith("/_SUCCESS")
+        ]
+        return max(ends, default=None)
+
+    def write(self, df: DataFrame | None, start_version: int, end_version: int) -> SinkWrite:
+        folder = f"{spark_uri(self.spec.path)}/source_versions={start_version}-{end_version}"
+        writer = df.write.mode("overwrite").format(self.spec.format).options(**self.spec.options)
+        writer.partitionBy(*self.spec.partition_by).save(folder)
+        rows = df.sparkSession.read.format(self.spec.format).options(**self.spec.options)
+        return SinkWrite(rows=rows.load(folder).count())
+
+
+class DeltaAppendSink(Sink):
+    """Append to a Delta table, exactly once per ``(app_id, source version)``."""
+
+    def __init__(self, spec: SinkSpec):
+        if not spec.app_id:
+            raise ValueError(f"{spec.path}: a delta sink needs an app_id for its txn actions")
+        self.spec = spec
+        self.uri = to_uri(spec.path)
+
+    def _table(self) -> DeltaTable | None:
+        try:
+            return DeltaTable(self.uri, storage_options=self.spec.storage_options)
+        except DeltaTableNotFound:
+            return None
+
+    def committed_version(self) -> int | None:
+        table = self._table()
+        return None if table is None else table.transaction_version(self.spec.app_id)
+
+    def check(self, df: DataFrame) -> None:
+        """Compare names, types and partitioning with the target, if it exists."""
+        missing = [c for c in self.spec.partition_by if c not in df.columns]
+        if missing:
+            raise SinkSchemaMismatchError(self.uri, f"partition columns {missing} not in the rows")
+        table = self._table()
+        if table is None:
+            return
+        wanted = _field_types(table.schema())
+        got = _field_types(Schema.from_arrow(_arrow_schema(df)))
+        if wanted != got:
+            raise SinkSchemaMismatchError(self.uri, f"target has {wanted}, rows have {got}")
+        existing = tuple(table.metadata().partition_columns)
+        if self.spec.partition_by and tuple(self.spec.partition_by) != existing:
+            raise SinkSchemaMismatchError(
+                self.uri, f"target is partitioned by {list(existing)}, "
+                f"partition_by asks for {list(self.spec.partition_by)}"
+            )
+
+    def _partition_by(self) -> list[str]:
+        table = self._table()
+        if table is not None:
+            return list(table.metadata().partition_columns)
+        return list(self.spec.partition_by)
+
+    def write(self, df: DataFrame | None, start_version: int, end_version: int) -> SinkWrite:
+        if self.spec.use_delta_spark:
+            return self._write_with_delta_spark(df, end_version)
+        partition_by = self._partition_by()
+        staging = f"{STAGING_FOLDER}/{end_version:020d}-{uuid.uuid4().hex}"
+        log.info("writing batch %s..%s to %s/%s", start_version, end_version, self.uri, staging)
+        df.write.mode("errorifexists").partitionBy(*partition_by).parquet(
+            f"{spark_uri(self.uri)}/{staging}"
+        )
+        adds, rows = self._staged_add_actions(staging)
+        self._commit(adds, _arrow_schema(df), partition_by, start_version, end_version)
+        return SinkWrite(rows=rows, sink_version=self._table().version())
+
+    def _staged_add_actions(self, staging: str) -> tuple[list[AddAction], int]:
+        store = store_for(self.uri, self.spec.storage_options)
+        adds, rows = [], 0
+        for meta in list_files(self.uri, staging, self.spec.storage_options):
+            relative = meta["path"][len(staging) + 1:]
+            if any(part.startswith(("_", ".")) for part in relative.split("/")):
+                continue  # _SUCCESS, Hadoop's .crc files
+            num_records = _parquet_num_rows(store, meta["path"], meta["size"])
+            rows += num_records
+            adds.append(AddAction(
+                path=meta["path"],
+                size=meta["size"],
+                partition_values=_partition_values(relative),
+                modification_time=int(meta["last_modified"].timestamp() * 1000),
+                data_change=True,
+                stats=json.dumps({"numRecords": num_records}),
+            ))
+        return adds, rows
+
+    def _commit(self, adds: list[AddAction], schema: pa.Schema, partition_by: list[str],
+                start_version: int, end_version: int) -> None:
+        properties = CommitProperties(
+            app_transactions=[Transaction(self.spec.app_id, end_version)],
+            custom_metadata={"airflow_provider_delta.source_versions":
+                             f"{start_version}..{end_version}"},
+        )
+        table = self._table()
+        if table is None:
+            create_table_with_add_actions(
+                self.uri, Schema.from_arrow(schema), adds, mode="error",
+                partition_by=partition_by or None, storage_options=self.spec.storage_options,
+                commit_properties=properties,
+            )
+        else:
+            table.create_write_transaction(adds, "append", schema, partition_by=partition_by,
+                                           commit_properties=properties)
+        log.info("committed %d file(s) to %s with txn %s=%s", len(adds), self.uri,
+                 self.spec.app_id, end_version)
+
+    def _write_with_delta_spark(self, df: DataFrame, end_version: int) -> SinkWrite:
+        # Delta's own idempotent-write options: the same txn semantics, through the Delta jars.
+        (df.write.format("delta").mode("append")
+           .option("txnAppId", self.spec.app_id).option("txnVersion", end_version)
+           .partitionBy(*self.spec.partition_by).save(spark_uri(self.uri)))
+        return SinkWrite(rows=None, sink_version=self._table().version())
+
+
+def make_sink(spec: SinkSpec) -> Sink:
+    """The sink a :class:`SinkSpec` describes."""
+    kinds: dict[str, type[Sink]] = {"delta": DeltaAppendSink, "format": FormatSink}
+    return kinds[spec.kind](spec) if spec.kind in kinds else NoSink()
+
+
+def _arrow_schema(df: DataFrame) -> pa.Schema:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(df.schema, timezone="UTC")
+
+
+def _field_types(schema: Schema) -> list[tuple[str, Any]]:
+    """(name, type) per column, ignoring nullability and field metadata."""
+    return [(f["name"], f["type"]) for f in json.loads(schema.to_json())["fields"]]
+
+
+def _partition_values(relative_path: str) -> dict[str, str | None]:
+    """Hive-style ``k=v`` folders Spark wrote, unescaped, as Delta's string partition values."""
+    values: dict[str, str | None] = {}
+    for folder in relative_path.split("/")[:-1]:
+        key, _, raw = folder.partition("=")
+        value = unquote(raw)
+        values[unquote(key)] = None if value == HIVE_NULL else value
+    return values
+
+
+def _parquet_num_rows(store: Any, path: str, size: int) -> int:
+    """Row count from a Parquet footer, fetched with two ranged reads instead of the file."""
+    tail = bytes(obstore.get_range(store, path, start=size - 8, end=size))
+    footer_length = struct.unpack("<I", tail[:4])[0]
+    footer = bytes(obstore.get_range(store, path, start=size - 8 - footer_length, end=size))
+    return pq.read_metadata(pa.BufferReader(b"PAR1" + footer)).num_rows

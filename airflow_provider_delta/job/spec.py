@@ -1,0 +1,145 @@
+"""The job spec: what the operator asks the Spark driver to do, as a small JSON file.
+
+The operator writes a :class:`JobSpec`; the driver program (:mod:`.driver`) reads it, runs the
+batches and writes a :class:`JobResult` back. Both are plain JSON so that they survive the trip
+through ``spark-submit`` (a file shipped with ``--files``, or an object-store URI in cluster mode).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+SINK_KINDS = ("delta", "format", "none")
+
+
+@dataclass(frozen=True)
+class SinkSpec:
+    """Where the rows go.
+
+    ``kind`` is ``"delta"`` (append to a Delta table through ``deltalake``, exactly once),
+    ``"format"`` (any Spark data source format, one folder per batch, overwritten on re-run)
+    or ``"none"`` (the transform writes by itself).
+    """
+
+    kind: str = "none"
+    path: str | None = None
+    format: str = "parquet"
+    partition_by: tuple[str, ...] = ()
+    options: dict[str, str] = field(default_factory=dict)
+    app_id: str | None = None  # Delta txn appId; set by the operator for delta sinks
+    use_delta_spark: bool = False  # write with format("delta") (needs the Delta jars)
+    storage_options: dict[str, str] | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in SINK_KINDS:
+            raise ValueError(f"sink kind {self.kind!r} is not one of {', '.join(SINK_KINDS)}")
+        if self.kind != "none" and not self.path:
+            raise ValueError(f"a {self.kind!r} sink needs a path")
+        object.__setattr__(self, "partition_by", tuple(self.partition_by))
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One Spark job: a version range (``mode="changes"``) or a snapshot (``mode="snapshot"``)."""
+
+    table_uri: str
+    mode: str  # "changes" or "snapshot"
+    sink: SinkSpec
+    start_version: int | None = None
+    end_version: int | None = None
+    snapshot_version: int | None = None
+    ignore_deletes: bool = False
+    ignore_changes: bool = False
+    skip_change_commits: bool = False
+    max_files: int | None = None
+    max_bytes: int | None = None
+    transform: str | None = None  # "module:function" taking (spark, df, context)
+    sql: str | None = None  # runs over the temp view ``changes``
+    storage_options: dict[str, str] | None = None
+    context: dict[str, Any] = field(default_factory=dict)  # handed to the transform
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("changes", "snapshot"):
+            raise ValueError(f"job mode {self.mode!r} is not 'changes' or 'snapshot'")
+        if self.transform and self.sql:
+            raise ValueError("give either transform or sql, not both")
+        if self.mode == "changes" and self.start_version is None:
+            raise ValueError(f"{self.table_uri}: a changes job needs start_version")
+        if self.mode == "snapshot" and self.snapshot_version is None:
+            raise ValueError(f"{self.table_uri}: a snapshot job needs snapshot_version")
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True, default=str)
+
+    @classmethod
+    def from_json(cls, text: str) -> JobSpec:
+        raw = json.loads(text)
+        return cls(**{**raw, "sink": SinkSpec(**raw["sink"])})
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """What one batch read and wrote."""
+
+    start_version: int
+    end_version: int
+    files: int
+    bytes: int
+    rows: int | None  # rows written; None when the transform wrote by itself
+    sink_version: int | None  # the target's Delta version holding this batch, if a Delta sink
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """The driver's report: the source range it covered and every batch."""
+
+    table_uri: str
+    mode: str
+    start_version: int | None
+    end_version: int | None
+    batches: tuple[BatchResult, ...] = ()
+
+    @property
+    def rows(self) -> int | None:
+        counts = [b.rows for b in self.batches if b.rows is not None]
+        return sum(counts) if counts else None
+
+    @property
+    def sink_version(self) -> int | None:
+        versions = [b.sink_version for b in self.batches if b.sink_version is not None]
+        return max(versions) if versions else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form, with totals, as the operator pushes it to XCom."""
+        return {
+            **asdict(self),
+            "batches": [asdict(b) for b in self.batches],
+            "files": sum(b.files for b in self.batches),
+            "bytes": sum(b.bytes for b in self.batches),
+            "rows": self.rows,
+            "sink_version": self.sink_version,
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> JobResult:
+        raw = json.loads(text)
+        batches = tuple(BatchResult(**b) for b in raw["batches"])
+        return cls(
+            table_uri=raw["table_uri"],
+            mode=raw["mode"],
+            start_version=raw["start_version"],
+            end_version=raw["end_version"],
+            batches=batches,
+        )
+
+
+def stable_app_id(dag_id: str, task_id: str, target: str) -> str:
+    """The Delta ``txn`` appId of one (DAG, task, target): the same on every run and retry."""
+    digest = hashlib.sha256(f"{dag_id}\0{task_id}\0{target.rstrip('/')}".encode()).hexdigest()
+    return f"airflow-provider-delta-{digest[:32]}"
