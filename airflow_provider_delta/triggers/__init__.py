@@ -1,0 +1,7 @@
+"""Triggers: poll a Delta table's log asynchronously (deferred sensors, AssetWatchers)."""
+
+from __future__ import annotations
+
+from airflow_provider_delta.triggers.delta_version import DeltaVersionTrigger
+
+__all__ = ["DeltaVersionTrigger"]

@@ -1,0 +1,215 @@
+"""DeltaVersionSensor: wait for versions of a Delta table newer than the pipeline's watermark."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timedelta
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
+from airflow.sdk.exceptions import AirflowSensorTimeout
+
+from airflow_provider_delta.errors import DeltaProviderError, VersionNotAvailableError
+from airflow_provider_delta.hooks.delta import DeltaHook
+from airflow_provider_delta.hooks.versions import (
+    VersionRange,
+    fetch_latest_version,
+    new_version_range,
+)
+from airflow_provider_delta.triggers.delta_version import DeltaVersionTrigger
+from airflow_provider_delta.watermarks import (
+    STORE_KINDS,
+    Initial,
+    WatermarkStore,
+    make_watermark_store,
+    resolve_start_version,
+    validate_initial,
+)
+
+if TYPE_CHECKING:
+    from airflow.sdk import Asset, Context
+
+
+class DeltaVersionSensor(BaseSensorOperator):
+    """Succeed once a Delta table has new versions past the watermark; return their range.
+
+    Each poke reads the watermark (the last fully processed version) from the chosen store and
+    lists ``_delta_log`` from there on -- one listing, never a log replay. On success the XCom
+    return value is ``{"table_uri", "start_version", "end_version", "latest_commit_timestamp"}``
+    with ``start_version = watermark + 1`` and ``end_version`` the latest version at that poke;
+    the load task processes that range and then writes ``end_version`` as the new watermark.
+
+    Without a watermark, ``initial`` decides: ``"latest"`` (the default, as Delta's streaming
+    ``startingVersion=latest``) waits for commits after the version that was latest when the
+    sensor first poked (in reschedule mode: the latest version at the first poke's time, so
+    pokes stay stateless); ``"earliest"`` starts at version 0; an int starts at that version.
+
+    :param table_uri: the table (templated): a local path, ``file://``, ``s3://``, ``az://``,
+        ``gs://`` URI.
+    :param delta_conn_id: a ``delta`` connection holding object-store credentials.
+    :param watermark_store: ``"xcom"``, ``"variable"`` or ``"asset_state"``.
+    :param watermark_key: XCom key, Variable name or asset-state key of the watermark (templated).
+    :param watermark_task_id: for ``"xcom"``: the task that writes the watermark (the load task).
+    :param watermark_asset: for ``"asset_state"``: the asset (or its name) holding the
+        watermark; default: the sensor's only inlet/outlet.
+    :param initial: where to start without a watermark (see above).
+    :param reset_if_ahead: a watermark above the latest version (table recreated) restarts
+        with ``initial`` instead of failing.
+    :param min_new_versions: how many new versions it takes to succeed (default 1).
+    :param deferrable: wait in the triggerer instead of a worker slot. ``timeout`` and
+        ``soft_fail`` behave as in poke and reschedule mode.
+    """
+
+    template_fields = ("table_uri", "watermark_key")
+    ui_color = "#00add4"
+
+    def __init__(
+        self,
+        *,
+        table_uri: str,
+        delta_conn_id: str | None = None,
+        watermark_store: str = "xcom",
+        watermark_key: str = "delta_watermark",
+        watermark_task_id: str | None = None,
+        watermark_asset: Asset | str | None = None,
+        initial: Initial = "latest",
+        reset_if_ahead: bool = False,
+        min_new_versions: int = 1,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        **kwargs: Any,
+    ):
+        super().__init__(**kwargs)
+        if watermark_store not in STORE_KINDS:
+            raise ValueError(
+                f"{self.task_id}: watermark_store={watermark_store!r} is unknown; choose one of "
+                f"{', '.join(STORE_KINDS)}."
+            )
+        if watermark_store == "xcom" and not watermark_task_id:
+            raise ValueError(
+                f"{self.task_id}: watermark_store='xcom' needs watermark_task_id, the task that "
+                "writes the watermark after a load (e.g. the incremental load task)."
+            )
+        if isinstance(min_new_versions, bool) or not isinstance(min_new_versions, int) or min_new_versions < 1:
+            raise ValueError(f"{self.task_id}: min_new_versions must be an int >= 1, got {min_new_versions!r}.")
+        self.table_uri = table_uri
+        self.delta_conn_id = delta_conn_id
+        self.watermark_store = watermark_store
+        self.watermark_key = watermark_key
+        self.watermark_task_id = watermark_task_id
+        self.watermark_asset = watermark_asset
+        self.initial = validate_initial(initial, table_uri)
+        self.reset_if_ahead = reset_if_ahead
+        self.min_new_versions = min_new_versions
+        self.deferrable = deferrable
+        self._latest_at_first_poke: int | None = None
+
+    @cached_property
+    def hook(self) -> DeltaHook | None:
+        """The hook of ``delta_conn_id``, or ``None`` for tables needing no credentials."""
+        return DeltaHook(self.delta_conn_id) if self.delta_conn_id else None
+
+    @cached_property
+    def store(self) -> WatermarkStore:
+        """The watermark store, built after templates are rendered."""
+        return make_watermark_store(
+            self.watermark_store,
+            key=self.watermark_key,
+            table_uri=self.table_uri,
+            task_id=self.watermark_task_id,
+            asset=self.watermark_asset,
+        )
+
+    def poke(self, context: Context) -> bool | PokeReturnValue:
+        try:
+            _, found = self._find_new_versions(context)
+        except DeltaProviderError as err:
+            if err.permanent:
+                raise
+            self.log.warning("%s; will poke again", err)
+            return False
+        return PokeReturnValue(is_done=True, xcom_value=dict(found)) if found else False
+
+    def execute(self, context: Context) -> Any:
+        if not self.deferrable:
+            return super().execute(context)
+        start_version, found = self._find_new_versions(context)
+        if found:
+            return dict(found)
+        self._defer(start_version)
+
+    def _defer(self, start_version: int) -> None:
+        self.defer(
+            trigger=DeltaVersionTrigger(
+                table_uri=self.table_uri,
+                start_version=start_version,
+                min_new_versions=self.min_new_versions,
+                poll_interval=self.poke_interval,
+                delta_conn_id=self.delta_conn_id,
+                timeout_at=time.time() + self.timeout,
+                fire_once=True,
+            ),
+            method_name="execute_complete",
+            timeout=timedelta(seconds=self.timeout),
+        )
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> VersionRange:
+        """Turn the trigger's event into the sensor's result, or its error."""
+        status = event.get("status")
+        if status == "success":
+            self.log.info("New versions %s..%s", event["start_version"], event["end_version"])
+            return VersionRange(
+                table_uri=event["table_uri"],
+                start_version=event["start_version"],
+                end_version=event["end_version"],
+                latest_commit_timestamp=event["latest_commit_timestamp"],
+            )
+        if status == "timeout":
+            raise AirflowSensorTimeout(event["message"])
+        raise DeltaProviderError(
+            event.get("message", f"{self.table_uri}: unexpected trigger event {event!r}"),
+            table_uri=self.table_uri,
+        )
+
+    def _find_new_versions(self, context: Context) -> tuple[int, VersionRange | None]:
+        """The first version to wait for, and the new range if there is one already."""
+        watermark = self.store.read(context)
+        latest = fetch_latest_version(
+            self.table_uri, since=watermark, storage_options=self.storage_options
+        )
+        start_version = self._start_version(context, watermark, latest)
+        return start_version, new_version_range(
+            self.table_uri, start_version, latest,
+            min_new_versions=self.min_new_versions, storage_options=self.storage_options,
+        )
+
+    def _start_version(self, context: Context, watermark: int | None, latest: int) -> int:
+        if watermark is None and self.initial == "latest":
+            # "latest" must mean the same version on every poke, or the sensor would chase
+            # the head of the table forever.
+            latest = self._latest_when_waiting_began(context, latest)
+        return resolve_start_version(
+            watermark, initial=self.initial, latest=latest, table_uri=self.table_uri,
+            reset_if_ahead=self.reset_if_ahead,
+        )
+
+    def _latest_when_waiting_began(self, context: Context, latest_now: int) -> int:
+        if self._latest_at_first_poke is None:
+            first_poke = context["ti"].get_first_reschedule_date(context) if self.reschedule else None
+            self._latest_at_first_poke = (
+                latest_now if first_poke is None else self._version_at(first_poke)
+            )
+        return self._latest_at_first_poke
+
+    def _version_at(self, moment: datetime) -> int:
+        from airflow_provider_delta.core import version_at
+
+        try:
+            return version_at(self.table_uri, moment, storage_options=self.storage_options)
+        except VersionNotAvailableError:
+            return -1  # the table is younger than the wait: every version is new
+
+    @cached_property
+    def storage_options(self) -> dict[str, str] | None:
+        """Object-store options from ``delta_conn_id`` (at run time only; never templated)."""
+        return self.hook.get_storage_options() if self.hook else None

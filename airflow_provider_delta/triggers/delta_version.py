@@ -1,0 +1,213 @@
+"""DeltaVersionTrigger: wait, asynchronously, for new versions of a Delta table.
+
+Two uses:
+
+* **Deferred sensor** (``fire_once=True``, what :class:`DeltaVersionSensor` builds): waits
+  for versions from ``start_version`` on and fires one event -- ``success`` with the range,
+  ``timeout`` at ``timeout_at``, or ``error`` for a permanent problem -- then ends.
+* **AssetWatcher event trigger** (the default): fires once per new version range, an edge,
+  never "a version exists" (which would start runs forever). Its watermark -- the last
+  announced ``end_version`` -- lives in the asset state store (Airflow >= 3.3) under
+  ``state_key``, so a restarted triggerer carries on where it stopped; without an asset state
+  store it lives in memory and a restart applies ``initial`` again.
+
+Delivery is **at least once**: the event is emitted before the watermark is stored, so a crash
+between the two announces the same range again. Consumers deduplicate on ``end_version``.
+
+The listing runs in a worker thread, off the event loop. Transient storage errors are retried
+with exponential backoff (up to ``max_backoff`` seconds); permanent ones (not a Delta table,
+unsupported or catalog-managed table, bad watermark) end a ``fire_once`` trigger with an error
+event and make a watcher fail loudly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from airflow.triggers.base import BaseEventTrigger, TriggerEvent
+
+from airflow_provider_delta.errors import DeltaProviderError, WatermarkError
+from airflow_provider_delta.hooks.versions import (
+    VersionRange,
+    fetch_latest_version,
+    new_version_range,
+)
+from airflow_provider_delta.watermarks import Initial, resolve_start_version, validate_initial
+
+WATCHER_STATE_KEY = "delta_announced_version"
+
+
+class DeltaVersionTrigger(BaseEventTrigger):
+    """Fire when ``table_uri`` has at least ``min_new_versions`` versions past the watermark.
+
+    :param table_uri: the table (local path, ``file://``, ``s3://``, ...).
+    :param start_version: first version to wait for; ``None`` lets the watermark and
+        ``initial`` decide (watchers).
+    :param initial: ``"latest"``, ``"earliest"`` or a version; applies when there is no
+        watermark (see :func:`~airflow_provider_delta.watermarks.resolve_start_version`).
+    :param min_new_versions: how many new versions make an event.
+    :param poll_interval: seconds between listings.
+    :param delta_conn_id: ``delta`` connection with the storage options, if any.
+    :param timeout_at: epoch seconds after which a ``fire_once`` trigger sends ``timeout``.
+    :param fire_once: end after the first event (deferred sensors).
+    :param state_key: asset state key of a watcher's watermark.
+    :param max_backoff: upper bound, in seconds, of the wait after transient errors.
+    """
+
+    def __init__(
+        self,
+        *,
+        table_uri: str,
+        start_version: int | None = None,
+        initial: Initial = "latest",
+        min_new_versions: int = 1,
+        poll_interval: float = 60.0,
+        delta_conn_id: str | None = None,
+        timeout_at: float | None = None,
+        fire_once: bool = False,
+        state_key: str = WATCHER_STATE_KEY,
+        max_backoff: float = 600.0,
+    ):
+        super().__init__()
+        if min_new_versions < 1:
+            raise ValueError(f"{table_uri}: min_new_versions must be >= 1, got {min_new_versions}.")
+        if poll_interval <= 0:
+            raise ValueError(f"{table_uri}: poll_interval must be > 0 seconds, got {poll_interval}.")
+        self.table_uri = table_uri
+        self.start_version = start_version
+        self.initial = validate_initial(initial, table_uri)
+        self.min_new_versions = min_new_versions
+        self.poll_interval = poll_interval
+        self.delta_conn_id = delta_conn_id
+        self.timeout_at = timeout_at
+        self.fire_once = fire_once
+        self.state_key = state_key
+        self.max_backoff = max_backoff
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "table_uri": self.table_uri,
+                "start_version": self.start_version,
+                "initial": self.initial,
+                "min_new_versions": self.min_new_versions,
+                "poll_interval": self.poll_interval,
+                "delta_conn_id": self.delta_conn_id,
+                "timeout_at": self.timeout_at,
+                "fire_once": self.fire_once,
+                "state_key": self.state_key,
+                "max_backoff": self.max_backoff,
+            },
+        )
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        try:
+            storage_options = await self._storage_options()
+            start_version = self.start_version
+            if start_version is None:
+                start_version = await self._start_from_watermark(storage_options)
+        except DeltaProviderError as err:
+            if not self.fire_once:
+                raise
+            yield self._error_event(err)
+            return
+        async for found in self._new_ranges(start_version, storage_options):
+            if isinstance(found, DeltaProviderError):
+                yield self._error_event(found)
+                return
+            if found is None:
+                yield TriggerEvent({"status": "timeout", "table_uri": self.table_uri,
+                                    "message": self._timeout_message(start_version)})
+                return
+            yield TriggerEvent({"status": "success", **found})
+            if self.fire_once:
+                return
+            await self._store_watermark(found["end_version"])
+            start_version = found["end_version"] + 1
+
+    async def _new_ranges(
+        self, start_version: int, storage_options: dict[str, str] | None
+    ) -> AsyncIterator[VersionRange | DeltaProviderError | None]:
+        """Poll until a range is found; ``None`` means timed out, an error means give up."""
+        failures = 0
+        while True:
+            if self.timeout_at is not None and time.time() >= self.timeout_at:
+                yield None
+                return
+            try:
+                found = await asyncio.to_thread(self._check, start_version, storage_options)
+                failures = 0
+            except DeltaProviderError as err:
+                if err.permanent:
+                    if not self.fire_once:
+                        raise
+                    yield err
+                    return
+                failures += 1
+                self.log.warning("%s (attempt %d); retrying with backoff", err, failures)
+                found = None
+            if found is not None:
+                yield found
+                start_version = found["end_version"] + 1
+                continue
+            await asyncio.sleep(self._next_wait(failures))
+
+    def _check(
+        self, start_version: int, storage_options: dict[str, str] | None
+    ) -> VersionRange | None:
+        since = start_version - 1 if start_version > 0 else None
+        latest = fetch_latest_version(self.table_uri, since=since, storage_options=storage_options)
+        return new_version_range(
+            self.table_uri, start_version, latest,
+            min_new_versions=self.min_new_versions, storage_options=storage_options,
+        )
+
+    def _next_wait(self, failures: int) -> float:
+        wait = min(self.poll_interval * 2**failures, max(self.max_backoff, self.poll_interval))
+        if self.timeout_at is not None:
+            wait = min(wait, max(self.timeout_at - time.time(), 0.0))
+        return wait
+
+    async def _storage_options(self) -> dict[str, str] | None:
+        if not self.delta_conn_id:
+            return None
+        from airflow_provider_delta.hooks.delta import DeltaHook
+
+        return await DeltaHook(self.delta_conn_id).aget_storage_options()
+
+    async def _start_from_watermark(self, storage_options: dict[str, str] | None) -> int:
+        """A watcher's first version: after its stored watermark, else as ``initial`` says."""
+        watermark = None
+        if self.asset_state_store is not None:
+            watermark = await self.asset_state_store.aget(self.state_key)
+            if watermark is not None and (isinstance(watermark, bool) or not isinstance(watermark, int)):
+                raise WatermarkError(
+                    f"{self.table_uri}: asset state {self.state_key!r} holds {watermark!r}, not a "
+                    "version; clear the asset's state to start over.",
+                    table_uri=self.table_uri,
+                )
+        latest = await asyncio.to_thread(
+            fetch_latest_version, self.table_uri, since=watermark, storage_options=storage_options
+        )
+        start = resolve_start_version(
+            watermark, initial=self.initial, latest=latest, table_uri=self.table_uri
+        )
+        self.log.info("%s: watching from version %d (watermark %s)", self.table_uri, start, watermark)
+        return start
+
+    async def _store_watermark(self, end_version: int) -> None:
+        if self.asset_state_store is not None:
+            await self.asset_state_store.aset(self.state_key, end_version)
+
+    def _error_event(self, err: DeltaProviderError) -> TriggerEvent:
+        return TriggerEvent({"status": "error", "table_uri": self.table_uri, "message": str(err)})
+
+    def _timeout_message(self, start_version: int) -> str:
+        return (
+            f"{self.table_uri}: no {self.min_new_versions} new version(s) from version "
+            f"{start_version} before the sensor's timeout."
+        )
