@@ -68,6 +68,19 @@ class LogGapError(DeltaProviderError):
         self.missing = missing
 
 
+class InvalidLogError(DeltaProviderError):
+    """The log is not a valid Delta log (no protocol or metadata, a missing sidecar, ...)."""
+
+    def __init__(self, table_uri: str, version: int | None, detail: str):
+        at = f" at version {version}" if version is not None else ""
+        super().__init__(
+            f"{table_uri}: the transaction log cannot be read{at}: {detail}. The log is damaged "
+            "or was not written by a Delta writer; repair it or read a version where it is valid.",
+            table_uri=table_uri,
+            version=version,
+        )
+
+
 class UnsupportedFeatureError(DeltaProviderError):
     """The table needs a reader feature (or protocol version) this provider does not read."""
 

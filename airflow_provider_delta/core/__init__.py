@@ -1,0 +1,20 @@
+"""The pure log core: reads a Delta table's ``_delta_log`` and plans reads.
+
+It imports neither Airflow nor Spark. Public API: :func:`latest_version`,
+:func:`plan_changes`, :func:`split_batches`, :func:`plan_snapshot`, :func:`version_at`,
+:func:`commit_timestamp`, and the data model in :mod:`airflow_provider_delta.core.model`.
+"""
+
+from __future__ import annotations
+
+from airflow_provider_delta.core.changes import plan_changes, split_batches
+from airflow_provider_delta.core.model import (
+    DeletionVectorDescriptor, Plan, PlannedFile, TableMetadata,
+)
+from airflow_provider_delta.core.snapshot import plan_snapshot
+from airflow_provider_delta.core.versions import commit_timestamp, latest_version, version_at
+
+__all__ = [
+    "DeletionVectorDescriptor", "Plan", "PlannedFile", "TableMetadata", "commit_timestamp",
+    "latest_version", "plan_changes", "plan_snapshot", "split_batches", "version_at",
+]

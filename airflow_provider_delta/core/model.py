@@ -68,6 +68,8 @@ class Plan:
     files: tuple[PlannedFile, ...]
     metadata: TableMetadata  # in force at ``end_version``; the schema the result has
     commit_timestamps: Mapping[int, int] = field(default_factory=dict)  # version -> epoch ms
+    # version -> metadata taking effect there, for the start version and every metadata change
+    metadata_changes: Mapping[int, TableMetadata] = field(default_factory=dict)
 
     @property
     def total_bytes(self) -> int:

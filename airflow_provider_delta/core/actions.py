@@ -1,0 +1,164 @@
+"""Turning raw log actions into the plan's data model: metadata, typed partition values, files."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Iterator, Mapping
+from decimal import Decimal
+from typing import Any
+from urllib.parse import unquote
+
+from airflow_provider_delta.core.model import DeletionVectorDescriptor, PlannedFile, TableMetadata
+from airflow_provider_delta.core.storage import TableLocation
+
+_INTEGER_TYPES = {"byte", "short", "integer", "long"}
+_FLOAT_TYPES = {"float", "double"}
+
+
+def parse_commit(raw: bytes) -> Iterator[dict[str, Any]]:
+    """The actions of one commit file (newline-delimited JSON), skipping blank lines."""
+    for line in raw.splitlines():
+        if line.strip():
+            yield json.loads(line)
+
+
+def table_metadata(meta_action: Mapping[str, Any], protocol: Mapping[str, Any]) -> TableMetadata:
+    """A ``metaData`` action plus the ``protocol`` in force, as :class:`TableMetadata`."""
+    schema = meta_action.get("schemaString")
+    return TableMetadata(
+        table_id=meta_action.get("id", ""),
+        schema=json.loads(schema) if isinstance(schema, str) else (schema or {}),
+        partition_columns=tuple(meta_action.get("partitionColumns") or ()),
+        configuration=dict(meta_action.get("configuration") or {}),
+        min_reader_version=int(protocol.get("minReaderVersion", 1)),
+        reader_features=tuple(protocol.get("readerFeatures") or ()),
+    )
+
+
+def physical_name(field: Mapping[str, Any], mode: str) -> str:
+    """The name a column has in data files and in ``partitionValues`` under column mapping."""
+    if mode in ("name", "id"):
+        return field.get("metadata", {}).get("delta.columnMapping.physicalName", field["name"])
+    return field["name"]
+
+
+def parse_partition_value(raw: str | None, type_name: str) -> Any:
+    """A serialized partition value (PROTOCOL.md "Partition Value Serialization") as Python.
+
+    ``None`` and ``""`` are null for every type. ``timestamp`` values without an offset are
+    UTC and come back tz-aware; ``timestamp_ntz`` values come back naive.
+    """
+    if raw is None or raw == "":
+        return None
+    if type_name == "string":
+        return raw
+    if type_name in _INTEGER_TYPES:
+        return int(raw)
+    if type_name in _FLOAT_TYPES:
+        return float(raw)
+    if type_name.startswith("decimal"):
+        return Decimal(raw)
+    if type_name == "boolean":
+        return raw.lower() == "true"
+    if type_name == "binary":
+        return raw.encode("utf-8")
+    if type_name == "date":
+        return dt.date.fromisoformat(raw)
+    if type_name == "timestamp":
+        value = _parse_datetime(raw)
+        return value.replace(tzinfo=dt.timezone.utc) if value.tzinfo is None else value.astimezone(
+            dt.timezone.utc)
+    if type_name == "timestamp_ntz":
+        return _parse_datetime(raw).replace(tzinfo=None)
+    raise ValueError(f"partition column type {type_name!r} is not a primitive type")
+
+
+def _parse_datetime(raw: str) -> dt.datetime:
+    """Both timestamp serialisations: ``2021-01-01 10:00:00[.ffffff]`` and ISO-8601 with ``Z``.
+
+    Fractions beyond microseconds are cut, as Python's datetime cannot hold nanoseconds.
+    """
+    text = raw.strip()
+    if "." in text:
+        head, _, rest = text.partition(".")
+        digits = len(rest) - len(rest.lstrip("0123456789"))
+        text = head + "." + rest[:min(digits, 6)].ljust(6, "0") + rest[digits:]
+    return dt.datetime.fromisoformat(text)
+
+
+class FileFactory:
+    """Builds :class:`PlannedFile` objects for one table under one metadata."""
+
+    def __init__(self, location: TableLocation, metadata: TableMetadata):
+        self.location = location
+        self.metadata = metadata
+        mode = metadata.column_mapping_mode
+        fields = {f["name"]: f for f in metadata.schema.get("fields", [])}
+        # (logical name, physical key in partitionValues, type name) per partition column
+        self.partition_keys = []
+        for column in metadata.partition_columns:
+            field = fields.get(column) or _case_insensitive(fields, column)
+            type_name = field["type"] if isinstance(field["type"], str) else "struct"
+            self.partition_keys.append((field["name"], physical_name(field, mode), type_name))
+
+    def planned_file(self, add: Mapping[str, Any], version: int) -> PlannedFile:
+        raw_values = add.get("partitionValues") or {}
+        partition_values = {
+            logical: parse_partition_value(raw_values.get(physical, raw_values.get(logical)), type_name)
+            for logical, physical, type_name in self.partition_keys
+        }
+        return PlannedFile(
+            version=version,
+            path=self.location.resolve(add["path"]),
+            size=int(add.get("size") or 0),
+            partition_values=partition_values,
+            metadata=self.metadata,
+            deletion_vector=self.deletion_vector(add.get("deletionVector")),
+            num_records=_num_records(add.get("stats")),
+        )
+
+    def deletion_vector(self, raw: Mapping[str, Any] | None) -> DeletionVectorDescriptor | None:
+        if not raw:
+            return None
+        path_or_inline = raw["pathOrInlineDv"]
+        if raw["storageType"] == "p":
+            path_or_inline = self.location.resolve(path_or_inline)
+        offset = raw.get("offset")
+        return DeletionVectorDescriptor(
+            storage_type=raw["storageType"],
+            path_or_inline_dv=path_or_inline,
+            size_in_bytes=int(raw["sizeInBytes"]),
+            cardinality=int(raw["cardinality"]),
+            offset=int(offset) if offset is not None else None,
+        )
+
+
+def file_key(action: Mapping[str, Any]) -> tuple[str, str | None]:
+    """The identity of a logical file: its path and its deletion vector's unique id."""
+    path = unquote(action["path"])  # writers may encode the same path differently
+    dv = action.get("deletionVector")
+    if not dv:
+        return path, None
+    offset = dv.get("offset")
+    dv_id = f"{dv['storageType']}{dv['pathOrInlineDv']}" + (f"@{offset}" if offset is not None else "")
+    return path, dv_id
+
+
+def _case_insensitive(fields: Mapping[str, Any], column: str) -> Mapping[str, Any]:
+    for name, field in fields.items():
+        if name.lower() == column.lower():
+            return field
+    raise KeyError(f"partition column {column!r} is not in the table schema")
+
+
+def _num_records(stats: Any) -> int | None:
+    if not stats:
+        return None
+    if isinstance(stats, str):
+        try:
+            stats = json.loads(stats)
+        except ValueError:
+            return None
+    value = stats.get("numRecords") if isinstance(stats, Mapping) else None
+    return int(value) if value is not None else None

@@ -1,0 +1,116 @@
+"""What this provider can read: the reader protocol and schema evolution inside a range."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from airflow_provider_delta.core.model import TableMetadata
+from airflow_provider_delta.errors import SchemaChangeError, UnsupportedFeatureError
+
+MAX_READER_VERSION = 3
+# Reader features the core plans and the Spark layer reads. inCommitTimestamp is a writer
+# feature, but some writers list it for readers too; rowTracking and domainMetadata need
+# nothing from a reader.
+SUPPORTED_READER_FEATURES = frozenset({
+    "columnMapping", "deletionVectors", "timestampNtz", "v2Checkpoint", "vacuumProtocolCheck",
+    "domainMetadata", "rowTracking", "inCommitTimestamp",
+})
+_CATALOG_FEATURES = {"catalogManaged", "catalogOwned-preview", "catalogOwned"}
+_CATALOG_HINT = (
+    "The table is catalog-managed: its newest commits live in the catalog, not in _delta_log, "
+    "so reading the log alone would miss data. Read it through its catalog with Delta Spark."
+)
+_TYPE_WIDENING_HINT = (
+    "Files written before a type widening keep the narrow type, which this provider does not "
+    "read yet. Read the table with Delta Spark, or remove the feature (ALTER TABLE ... DROP "
+    "FEATURE 'typeWidening' rewrites those files)."
+)
+
+
+def check_protocol(table_uri: str, protocol: Mapping[str, Any], version: int | None) -> None:
+    """Refuse a protocol this provider cannot read, naming the feature."""
+    reader_version = int(protocol.get("minReaderVersion", 1))
+    if reader_version > MAX_READER_VERSION:
+        raise UnsupportedFeatureError(
+            table_uri, f"minReaderVersion={reader_version}", version,
+            hint=f"This provider reads reader versions up to {MAX_READER_VERSION}; upgrade it "
+                 "or read the table with an engine that supports that protocol.",
+        )
+    features = protocol.get("readerFeatures") or ()
+    if reader_version < 3:
+        features = ()  # feature lists only bind readers at reader version 3
+    for feature in features:
+        if feature in _CATALOG_FEATURES:
+            raise UnsupportedFeatureError(table_uri, feature, version, hint=_CATALOG_HINT)
+        if feature.startswith("typeWidening"):
+            raise UnsupportedFeatureError(table_uri, feature, version, hint=_TYPE_WIDENING_HINT)
+        if feature not in SUPPORTED_READER_FEATURES:
+            raise UnsupportedFeatureError(table_uri, feature, version)
+
+
+def check_additive(table_uri: str, version: int, old: TableMetadata, new: TableMetadata) -> None:
+    """Raise SchemaChangeError unless ``new`` only adds nullable columns to ``old``.
+
+    Drops, renames (including column-mapping renames: the physical name changes meaning),
+    type changes, nullability tightening and partition-column changes are non-additive.
+    """
+    if tuple(old.partition_columns) != tuple(new.partition_columns):
+        raise SchemaChangeError(
+            table_uri, version,
+            f"partition columns {list(old.partition_columns)} -> {list(new.partition_columns)}",
+        )
+    if old.column_mapping_mode != new.column_mapping_mode:
+        raise SchemaChangeError(
+            table_uri, version,
+            f"column mapping mode {old.column_mapping_mode} -> {new.column_mapping_mode}",
+        )
+    problem = _struct_problem(old.schema, new.schema, "")
+    if problem:
+        raise SchemaChangeError(table_uri, version, problem)
+
+
+def _struct_problem(old: Mapping[str, Any], new: Mapping[str, Any], prefix: str) -> str | None:
+    new_fields = {f["name"]: f for f in new.get("fields", [])}
+    old_names = {f["name"] for f in old.get("fields", [])}
+    for field in old.get("fields", []):
+        name = prefix + field["name"]
+        counterpart = new_fields.get(field["name"])
+        if counterpart is None:
+            return f"column {name!r} was dropped or renamed"
+        if _physical(field) != _physical(counterpart):
+            return f"column {name!r} maps to a different physical column"
+        if field.get("nullable", True) and not counterpart.get("nullable", True):
+            return f"column {name!r} became NOT NULL"
+        problem = _type_problem(field["type"], counterpart["type"], name)
+        if problem:
+            return problem
+    for name, field in new_fields.items():
+        if name not in old_names and not field.get("nullable", True):
+            return f"new column {prefix + name!r} is NOT NULL"
+    return None
+
+
+def _type_problem(old: Any, new: Any, name: str) -> str | None:
+    if isinstance(old, str) or isinstance(new, str):
+        return None if old == new else f"column {name!r} changed type {_show(old)} -> {_show(new)}"
+    if old.get("type") != new.get("type"):
+        return f"column {name!r} changed type {_show(old)} -> {_show(new)}"
+    kind = old["type"]
+    if kind == "struct":
+        return _struct_problem(old, new, name + ".")
+    if kind == "array":
+        return _type_problem(old["elementType"], new["elementType"], name + ".element")
+    if kind == "map":
+        return (_type_problem(old["keyType"], new["keyType"], name + ".key")
+                or _type_problem(old["valueType"], new["valueType"], name + ".value"))
+    return None
+
+
+def _physical(field: Mapping[str, Any]) -> tuple[Any, Any]:
+    meta = field.get("metadata") or {}
+    return meta.get("delta.columnMapping.physicalName"), meta.get("delta.columnMapping.id")
+
+
+def _show(data_type: Any) -> str:
+    return data_type if isinstance(data_type, str) else data_type.get("type", "?")

@@ -1,0 +1,253 @@
+"""Rebuilding a table's state at a version: newest checkpoint at or below it, then commits.
+
+This is our own replay rather than deltalake's because the core must name an unsupported
+reader feature or a log gap precisely, read tables deltalake refuses to open (so that it can
+refuse them with our errors), and find the metadata in force at an old version cheaply.
+It reads classic, multi-part and v2 checkpoints (JSON or Parquet top-level file, with
+sidecars) with pyarrow.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, NoReturn
+
+import pyarrow.parquet as pq
+
+from airflow_provider_delta.core.actions import file_key, parse_commit
+from airflow_provider_delta.core.storage import (
+    CheckpointFile, LogEntry, TableLocation, commit_name,
+)
+from airflow_provider_delta.errors import (
+    InvalidLogError, LogGapError, TableNotFoundError, VersionNotAvailableError,
+)
+
+log = logging.getLogger(__name__)
+
+# How far below a version the local probe looks for a classic checkpoint before listing.
+_LOCAL_CHECKPOINT_PROBE = 1000
+
+
+@dataclass
+class LogState:
+    """Protocol, metadata and (optionally) live AddFiles at ``version``."""
+
+    version: int
+    protocol: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
+    files: dict[tuple[str, str | None], dict[str, Any]] | None = None
+    # version -> commit actions read while replaying (reused by callers that need them)
+    commits: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+
+    def apply(self, actions: Iterable[Mapping[str, Any]]) -> None:
+        for action in actions:
+            if "protocol" in action:
+                self.protocol = action["protocol"]
+            elif "metaData" in action:
+                self.metadata = action["metaData"]
+            elif self.files is not None and "add" in action:
+                self.files[file_key(action["add"])] = action["add"]
+            elif self.files is not None and "remove" in action:
+                self.files.pop(file_key(action["remove"]), None)
+
+
+def read_commit(location: TableLocation, version: int) -> list[dict[str, Any]] | None:
+    """The actions of commit ``version``, None if the commit file does not exist."""
+    raw = location.read_log_file(commit_name(version))
+    return None if raw is None else list(parse_commit(raw))
+
+
+def replay(location: TableLocation, version: int, *, with_files: bool = False) -> LogState:
+    """The state at ``version``: checkpoint at or below it plus the commits after it.
+
+    Raises VersionNotAvailableError if the log cannot recreate ``version`` (log cleaned
+    below it, or beyond the latest commit), LogGapError if a commit after the checkpoint is
+    missing, InvalidLogError if no protocol or metadata is found.
+    """
+    checkpoint = find_checkpoint(location, version)
+    state = LogState(version, files={} if with_files else None)
+    first_commit = 0
+    if checkpoint:
+        log.debug("%s: replaying from checkpoint %s", location.table_uri, checkpoint[0].name)
+        state.apply(read_checkpoint(location, checkpoint, with_files=with_files))
+        first_commit = checkpoint[0].version + 1
+    for commit_version in range(first_commit, version + 1):
+        actions = read_commit(location, commit_version)
+        if actions is None:
+            raise_unreadable(location, version, commit_version, from_checkpoint=bool(checkpoint))
+        state.commits[commit_version] = actions
+        state.apply(actions)
+    if state.protocol is None or state.metadata is None:
+        absent = "protocol" if state.protocol is None else "metaData"
+        raise InvalidLogError(location.table_uri, version, f"no {absent} action at or before it")
+    return state
+
+
+def raise_unreadable(location: TableLocation, version: int, first_missing: int, *,
+                     from_checkpoint: bool) -> NoReturn:
+    """Explain why commit ``first_missing`` (needed for ``version``) cannot be read."""
+    entries = location.list_log()
+    if not entries:
+        raise TableNotFoundError(location.table_uri)
+    commits = {e.version for e in entries if e.is_commit}
+    newest = max(e.version for e in entries)
+    if version > newest:
+        raise VersionNotAvailableError(location.table_uri, version, earliest_recreatable(
+            location, entries), newest)
+    if from_checkpoint or (commits and first_missing > min(commits)):
+        later = [v for v in commits if v > first_missing]
+        gap_end = min(later) if later else version + 1
+        raise LogGapError(location.table_uri, range(first_missing, min(gap_end, version + 1)))
+    raise VersionNotAvailableError(
+        location.table_uri, version, earliest_recreatable(location, entries), newest,
+        hint="The log was cleaned below that version; choose a later one.",
+    )
+
+
+def earliest_recreatable(location: TableLocation, entries: list[LogEntry]) -> int | None:
+    """The first version whose state the log can rebuild: 0, or the oldest complete checkpoint."""
+    commits = {e.version for e in entries if e.is_commit}
+    if 0 in commits:
+        return 0
+    for group in _complete_checkpoints(entries):
+        return group[0].version
+    return min(commits) if commits else None
+
+
+def find_checkpoint(location: TableLocation, version: int) -> list[CheckpointFile] | None:
+    """The parts of the newest complete checkpoint at or below ``version``, None if none.
+
+    ``_last_checkpoint`` answers at once when it is at or below ``version``. Otherwise a local
+    table probes classic checkpoint names downward (one stat each) before scanning the
+    folder; a remote one lists from a window below ``version``, widening it until found.
+    """
+    hint = location.last_checkpoint_hint()
+    if hint is not None and int(hint["version"]) <= version:
+        found = _checkpoint_from_hint(location, hint)
+        if found:
+            return found
+    if location.is_local:
+        found = _probe_classic_checkpoint(location, version)
+        if found:
+            return found
+        return _newest_complete(location.list_log(until_version=version))
+    window = 1000
+    while True:
+        low = max(0, version - window)
+        found = _newest_complete(location.list_log(low, until_version=version))
+        if found or low == 0:
+            return found
+        window *= 10
+
+
+def _checkpoint_from_hint(location: TableLocation, hint: Mapping[str, Any]
+                          ) -> list[CheckpointFile] | None:
+    version = int(hint["version"])
+    v2_path = (hint.get("v2Checkpoint") or {}).get("path")
+    parts = hint.get("parts")
+    if v2_path:
+        names = [v2_path]
+    elif parts:
+        names = [f"{version:020d}.checkpoint.{i:010d}.{int(parts):010d}.parquet"
+                 for i in range(1, int(parts) + 1)]
+    else:
+        names = [f"{version:020d}.checkpoint.parquet"]
+    files = [CheckpointFile.parse(name) for name in names]
+    if all(f is not None and _log_file_exists(location, f.name) for f in files):
+        return files
+    return None  # stale or odd hint: fall back to looking
+
+
+def _probe_classic_checkpoint(location: TableLocation, version: int) -> list[CheckpointFile] | None:
+    for candidate in range(version, max(-1, version - _LOCAL_CHECKPOINT_PROBE), -1):
+        name = f"{candidate:020d}.checkpoint.parquet"
+        if _log_file_exists(location, name):
+            return [CheckpointFile.parse(name)]
+    return None
+
+
+def _log_file_exists(location: TableLocation, name: str) -> bool:
+    if location.is_local:
+        return os.path.isfile(os.path.join(location.local_root, "_delta_log", name))
+    return location.read_log_file(name) is not None
+
+
+def _newest_complete(entries: list[LogEntry]) -> list[CheckpointFile] | None:
+    groups = list(_complete_checkpoints(entries))
+    return groups[-1] if groups else None
+
+
+def _complete_checkpoints(entries: list[LogEntry]) -> Iterator[list[CheckpointFile]]:
+    """Complete checkpoints in ascending version: classic, all parts of a multi-part, or v2."""
+    by_version: dict[int, list[CheckpointFile]] = {}
+    for entry in entries:
+        parsed = CheckpointFile.parse(entry.name)
+        if parsed:
+            by_version.setdefault(parsed.version, []).append(parsed)
+    for version in sorted(by_version):
+        candidates = by_version[version]
+        single = [c for c in candidates if c.parts is None]
+        if single:
+            yield [sorted(single, key=lambda c: c.v2_id is None)[0]]
+            continue
+        for parts in sorted({c.parts for c in candidates}):
+            group = sorted({c.part: c for c in candidates if c.parts == parts}.values(),
+                           key=lambda c: c.part)
+            if len(group) == parts:
+                yield group
+                break
+
+
+def read_checkpoint(location: TableLocation, parts: list[CheckpointFile], *,
+                    with_files: bool) -> Iterator[dict[str, Any]]:
+    """The actions of a checkpoint (every part; for v2, its sidecars too)."""
+    columns = ["protocol", "metaData"] + (["add", "remove", "sidecar"] if with_files else ["sidecar"])
+    for part in parts:
+        raw = location.read_log_file(part.name)
+        if raw is None:
+            raise LogGapError(location.table_uri, [part.version])
+        actions = (parse_commit(raw) if part.name.endswith(".json")
+                   else _parquet_actions(raw, columns))
+        for action in actions:
+            if "sidecar" in action:
+                if with_files:
+                    yield from _sidecar_actions(location, action["sidecar"], part.version)
+            else:
+                yield action
+
+
+def _sidecar_actions(location: TableLocation, sidecar: Mapping[str, Any], version: int
+                     ) -> Iterator[dict[str, Any]]:
+    path = sidecar["path"]
+    name = path if "/" in path else f"_sidecars/{path}"
+    raw = location.read_log_file(name)
+    if raw is None:
+        raise InvalidLogError(location.table_uri, version, f"checkpoint sidecar {name} is missing")
+    yield from _parquet_actions(raw, ["add", "remove"])
+
+
+def _parquet_actions(raw: bytes, columns: list[str]) -> Iterator[dict[str, Any]]:
+    parquet = pq.ParquetFile(io.BytesIO(raw))
+    present = [c for c in columns if c in parquet.schema_arrow.names]
+    table = parquet.read(columns=present)
+    for name in present:
+        column = table.column(name)
+        if column.null_count == len(column):
+            continue
+        for value in column.to_pylist():
+            if value is not None:
+                yield {name: _maps_to_dicts(value)}
+
+
+def _maps_to_dicts(value: Any) -> Any:
+    """pyarrow returns Parquet maps as lists of (key, value) pairs; the log has JSON objects."""
+    if isinstance(value, dict):
+        return {k: _maps_to_dicts(v) for k, v in value.items()}
+    if isinstance(value, list) and value and all(isinstance(i, tuple) and len(i) == 2 for i in value):
+        return dict(value)
+    return value
+

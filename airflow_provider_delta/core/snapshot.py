@@ -1,0 +1,43 @@
+"""Planning a full read of one version (time travel)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+
+from airflow_provider_delta.core.actions import FileFactory, table_metadata
+from airflow_provider_delta.core.model import Plan
+from airflow_provider_delta.core.protocol import check_protocol
+from airflow_provider_delta.core.replay import replay
+from airflow_provider_delta.core.storage import TableLocation
+from airflow_provider_delta.core.versions import newest_version, version_at
+
+log = logging.getLogger(__name__)
+
+
+def plan_snapshot(table_uri: str, *, version: int | None = None,
+                  timestamp: dt.datetime | str | None = None,
+                  storage_options: dict[str, str] | None = None) -> Plan:
+    """The live files of the table at ``version`` (or at ``timestamp``, or the latest).
+
+    Replays the newest checkpoint at or below the version (classic, multi-part, or v2 with
+    sidecars) and the commits after it. Files carry the snapshot's version and metadata and
+    their deletion vectors; ``start_version == end_version`` is the snapshot's version.
+    """
+    if version is not None and timestamp is not None:
+        raise ValueError("give version or timestamp, not both")
+    if version is not None and (not isinstance(version, int) or version < 0):
+        raise ValueError(f"version must be a version number >= 0, got {version!r}")
+    location = TableLocation(table_uri, storage_options)
+    if timestamp is not None:
+        version = version_at(table_uri, timestamp, storage_options=storage_options)
+    elif version is None:
+        version = newest_version(location)
+    state = replay(location, version, with_files=True)
+    check_protocol(table_uri, state.protocol, version)
+    metadata = table_metadata(state.metadata, state.protocol)
+    factory = FileFactory(location, metadata)
+    files = tuple(factory.planned_file(add, version) for add in state.files.values())
+    log.info("%s: snapshot at version %d has %d files", table_uri, version, len(files))
+    return Plan(table_uri=table_uri, start_version=version, end_version=version, files=files,
+                metadata=metadata, metadata_changes={version: metadata})

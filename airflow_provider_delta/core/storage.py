@@ -1,0 +1,253 @@
+"""Access to a table's ``_delta_log``: naming rules, listing, reading and path resolution.
+
+Object stores (S3, GCS, Azure) are listed with obstore's start-after listing, so a listing
+from a hint costs what lies after the hint. The local file system has no such listing
+(object_store emulates it by walking the whole folder), so local tables are probed name by
+name from a hint with ``os.stat`` and listed with one ``os.scandir`` only when there is no hint.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from dataclasses import dataclass
+from functools import cached_property
+from urllib.parse import unquote, urlparse
+
+import obstore
+from obstore.store import LocalStore, from_url
+
+from airflow_provider_delta.errors import TableNotFoundError, TransientStorageError
+
+log = logging.getLogger(__name__)
+
+LOG_DIR = "_delta_log"
+COMMIT_RE = re.compile(r"^(\d{20})\.json$")
+CHECKPOINT_RE = re.compile(
+    r"^(\d{20})\.checkpoint(?:\.(\d{10})\.(\d{10})|\.([0-9A-Za-z-]+))?\.(parquet|json)$"
+)
+# obstore's client settings; everything else in storage_options is store configuration.
+_CLIENT_OPTION_KEYS = {
+    "allow_http", "allow_invalid_certificates", "connect_timeout", "timeout",
+    "pool_idle_timeout", "proxy_url", "user_agent", "http1_only", "http2_only",
+}
+_TRANSIENT_ERRORS = (obstore.exceptions.GenericError,)
+
+
+@dataclass(frozen=True)
+class LogEntry:
+    """One commit or checkpoint file directly inside ``_delta_log/``."""
+
+    name: str
+    version: int
+    size: int
+    mtime_ms: int | None = None
+
+    @property
+    def is_commit(self) -> bool:
+        return COMMIT_RE.match(self.name) is not None
+
+
+@dataclass(frozen=True)
+class CheckpointFile:
+    """A checkpoint file name, parsed: classic, one part of a multi-part one, or v2."""
+
+    name: str
+    version: int
+    part: int | None = None
+    parts: int | None = None
+    v2_id: str | None = None
+
+    @classmethod
+    def parse(cls, name: str) -> CheckpointFile | None:
+        match = CHECKPOINT_RE.match(name)
+        if match is None:
+            return None
+        version, part, parts, v2_id, suffix = match.groups()
+        if v2_id is None and suffix == "json":
+            return None  # only v2 checkpoints may be JSON
+        return cls(name, int(version), int(part) if part else None,
+                   int(parts) if parts else None, v2_id)
+
+
+def commit_name(version: int) -> str:
+    return f"{version:020d}.json"
+
+
+def split_storage_options(options: dict[str, str] | None) -> tuple[dict, dict]:
+    """Split one flat dict into obstore's store config and client options."""
+    config: dict[str, str] = {}
+    client: dict[str, object] = {}
+    for key, value in (options or {}).items():
+        short = key.lower().removeprefix("aws_").removeprefix("google_").removeprefix("azure_")
+        if short in _CLIENT_OPTION_KEYS:
+            client[short] = str(value).lower() == "true" if short == "allow_http" else value
+        else:
+            config[key.lower()] = value
+    return config, client
+
+
+def local_path_of(table_uri: str) -> str | None:
+    """The local folder of a plain path or ``file:`` URI, else None."""
+    if "://" not in table_uri and not table_uri.startswith("file:"):
+        return os.path.abspath(table_uri)
+    parsed = urlparse(table_uri)
+    if parsed.scheme == "file":
+        return os.path.abspath(parsed.path or "/")
+    return None
+
+
+class TableLocation:
+    """A Delta table's root: reads and lists its log, resolves its data file paths."""
+
+    def __init__(self, table_uri: str, storage_options: dict[str, str] | None = None):
+        self.table_uri = table_uri
+        self.local_root = local_path_of(table_uri)
+        self.root_uri = (
+            "file://" + self.local_root.rstrip("/") if self.local_root else table_uri.rstrip("/")
+        )
+        self.storage_options = storage_options
+
+    @cached_property
+    def store(self):
+        if self.local_root is not None:
+            return LocalStore(self.local_root)
+        config, client = split_storage_options(self.storage_options)
+        return from_url(self.root_uri + "/", config=config or None, client_options=client or None)
+
+    @property
+    def is_local(self) -> bool:
+        return self.local_root is not None
+
+    # -- reading -------------------------------------------------------------------------
+
+    def read_log_file(self, name: str) -> bytes | None:
+        """Bytes of ``_delta_log/<name>``, None if it does not exist."""
+        if self.local_root is not None:
+            try:
+                with open(os.path.join(self.local_root, LOG_DIR, name), "rb") as handle:
+                    return handle.read()
+            except (FileNotFoundError, NotADirectoryError):
+                return None
+        try:
+            return bytes(obstore.get(self.store, f"{LOG_DIR}/{name}").bytes())
+        except FileNotFoundError:
+            return None
+        except _TRANSIENT_ERRORS as exc:
+            raise TransientStorageError(self.table_uri, str(exc)) from exc
+
+    def commit_mtime_ms(self, version: int) -> int | None:
+        """Modification time of commit ``version`` in epoch ms, None if it does not exist."""
+        name = commit_name(version)
+        if self.local_root is not None:
+            try:
+                return os.stat(os.path.join(self.local_root, LOG_DIR, name)).st_mtime_ns // 1_000_000
+            except FileNotFoundError:
+                return None
+        try:
+            meta = obstore.head(self.store, f"{LOG_DIR}/{name}")
+        except FileNotFoundError:
+            return None
+        except _TRANSIENT_ERRORS as exc:
+            raise TransientStorageError(self.table_uri, str(exc)) from exc
+        return int(meta["last_modified"].timestamp() * 1000)
+
+    def commit_exists(self, version: int) -> bool:
+        if self.local_root is not None:
+            return os.path.isfile(os.path.join(self.local_root, LOG_DIR, commit_name(version)))
+        return self.commit_mtime_ms(version) is not None
+
+    def last_checkpoint_hint(self) -> dict | None:
+        """``_last_checkpoint`` parsed, or None if it is missing or corrupt (Delta ignores it then)."""
+        raw = self.read_log_file("_last_checkpoint")
+        if not raw:
+            return None
+        try:
+            hint = json.loads(raw)
+            int(hint["version"])
+        except (ValueError, KeyError, TypeError):
+            log.warning("%s: ignoring unreadable _delta_log/_last_checkpoint", self.table_uri)
+            return None
+        return hint
+
+    # -- listing -------------------------------------------------------------------------
+
+    def list_log(self, from_version: int = 0, *, with_mtime: bool = False,
+                 until_version: int | None = None) -> list[LogEntry]:
+        """Commits and checkpoints with version >= ``from_version``, sorted by name.
+
+        Remote stores list from ``from_version`` (start-after); a local folder is scanned once.
+        Raises TableNotFoundError when ``_delta_log`` does not exist.
+        """
+        if self.local_root is not None:
+            entries = self._scan_local(from_version, with_mtime)
+        else:
+            entries = self._list_remote(from_version, until_version)
+        if until_version is not None:
+            entries = [e for e in entries if e.version <= until_version]
+        return sorted(entries, key=lambda e: e.name)
+
+    def _scan_local(self, from_version: int, with_mtime: bool) -> list[LogEntry]:
+        folder = os.path.join(self.local_root, LOG_DIR)
+        try:
+            scan = os.scandir(folder)
+        except (FileNotFoundError, NotADirectoryError) as exc:
+            raise TableNotFoundError(self.table_uri, f"{folder} does not exist") from exc
+        entries = []
+        with scan:
+            for item in scan:
+                version = _version_of(item.name)
+                if version is None or version < from_version or not item.is_file():
+                    continue
+                stat = item.stat() if with_mtime else None
+                entries.append(LogEntry(
+                    item.name, version, stat.st_size if stat else 0,
+                    stat.st_mtime_ns // 1_000_000 if stat else None,
+                ))
+        return entries
+
+    def _list_remote(self, from_version: int, until_version: int | None) -> list[LogEntry]:
+        prefix = f"{LOG_DIR}/"
+        offset = f"{prefix}{from_version:020d}" if from_version > 0 else None
+        entries = []
+        try:
+            for chunk in obstore.list(self.store, prefix=LOG_DIR, offset=offset, chunk_size=1000):
+                for meta in chunk:
+                    name = meta["path"][len(prefix):]
+                    if name[:1] > "9":  # "_sidecars/", "_staged_commits/": after every version
+                        return entries
+                    version = _version_of(name)
+                    if version is None or version < from_version:
+                        continue
+                    if until_version is not None and version > until_version:
+                        return entries
+                    entries.append(LogEntry(name, version, meta["size"],
+                                            int(meta["last_modified"].timestamp() * 1000)))
+        except _TRANSIENT_ERRORS as exc:
+            raise TransientStorageError(self.table_uri, str(exc)) from exc
+        return entries
+
+    # -- data file paths -----------------------------------------------------------------
+
+    def resolve(self, path: str) -> str:
+        """An AddFile/DV path (URI-encoded, relative or absolute) as an absolute decoded URI."""
+        decoded = unquote(path)
+        parsed = urlparse(path)
+        if parsed.scheme == "file":
+            return "file://" + unquote(parsed.path)
+        if parsed.scheme:
+            return decoded
+        if decoded.startswith("/"):
+            return "file://" + decoded
+        return f"{self.root_uri}/{decoded}"
+
+
+def _version_of(name: str) -> int | None:
+    """The version of a commit or checkpoint file name; None for anything else."""
+    match = COMMIT_RE.match(name)
+    if match:
+        return int(match.group(1))
+    checkpoint = CheckpointFile.parse(name)
+    return checkpoint.version if checkpoint else None

@@ -1,0 +1,195 @@
+"""Which versions exist, and when each was committed."""
+
+from __future__ import annotations
+
+import bisect
+import datetime as dt
+import logging
+
+from airflow_provider_delta.core.replay import earliest_recreatable, read_commit, replay
+from airflow_provider_delta.core.storage import LogEntry, TableLocation
+from airflow_provider_delta.errors import (
+    InvalidLogError, LogGapError, TableNotFoundError, VersionNotAvailableError,
+)
+
+log = logging.getLogger(__name__)
+
+
+def latest_version(table_uri: str, *, since: int | None = None,
+                   storage_options: dict[str, str] | None = None) -> int:
+    """The newest committed version of the table.
+
+    ``since`` is a version known to exist (e.g. the last one seen); the search starts there so
+    that its cost grows with the commits made after it, not with the table's history. Without
+    it the search starts at ``_last_checkpoint`` (ignored when corrupt), else at the start.
+
+    On object stores this is one start-after listing. A local folder has no such listing, so
+    with ``since`` the next commit names are probed one ``stat`` each; a hole followed by later
+    commits is then only seen by a call without ``since`` (which scans the folder and raises
+    LogGapError).
+    """
+    return newest_version(TableLocation(table_uri, storage_options), since)
+
+
+def newest_version(location: TableLocation, since: int | None = None) -> int:
+    """:func:`latest_version` on an open location."""
+    if since is not None and location.is_local and location.commit_exists(since):
+        version = since
+        while location.commit_exists(version + 1):
+            version += 1
+        return version
+    hint = since
+    if hint is None and not location.is_local:
+        checkpoint = location.last_checkpoint_hint()
+        hint = int(checkpoint["version"]) if checkpoint else None
+    entries = location.list_log(hint or 0)
+    if not entries and hint:
+        entries = location.list_log(0)  # the hint was ahead of the log: look at everything
+    if not entries:
+        raise TableNotFoundError(location.table_uri)
+    _check_contiguous(location, entries)
+    return max(e.version for e in entries)
+
+
+def _check_contiguous(location: TableLocation, entries: list[LogEntry]) -> None:
+    """Commits after the newest checkpoint (or the first commit) must have no holes."""
+    checkpoints = [e.version for e in entries if not e.is_commit]
+    commits = sorted(e.version for e in entries if e.is_commit)
+    if not commits:
+        return
+    base = max(checkpoints) if checkpoints else commits[0]
+    expected = set(range(base + 1, commits[-1] + 1))
+    missing = expected.difference(commits)
+    if missing:
+        raise LogGapError(location.table_uri, missing)
+
+
+def commit_timestamp(table_uri: str, version: int, *,
+                     storage_options: dict[str, str] | None = None) -> int:
+    """Epoch milliseconds of commit ``version`` as Delta defines it.
+
+    The in-commit timestamp when the table enables them at that version; else the commit
+    file's modification time, raised where needed so that times strictly increase with
+    versions (Delta's rule for file times, which object stores do not guarantee).
+    """
+    location = TableLocation(table_uri, storage_options)
+    state = replay(location, version)
+    if _ict_enabled_at(state.metadata.get("configuration") or {}, version):
+        return _in_commit_timestamp(location, version)
+    entries = _commit_entries(location)
+    versions = [e.version for e in entries]
+    index = bisect.bisect_left(versions, version)
+    if index == len(versions) or versions[index] != version:
+        raise VersionNotAvailableError(table_uri, version, versions[0] if versions else None,
+                                       versions[-1] if versions else None)
+    return _monotonic_times(entries)[index]
+
+
+def version_at(table_uri: str, timestamp: dt.datetime | str, *,
+               storage_options: dict[str, str] | None = None) -> int:
+    """The newest version committed at or before ``timestamp`` (Delta's time-travel rule).
+
+    ``timestamp`` is a ``datetime`` (naive means UTC) or an ISO-8601 string. A timestamp
+    before the earliest recreatable version or after the latest commit raises
+    VersionNotAvailableError naming the window.
+    """
+    location = TableLocation(table_uri, storage_options)
+    wanted_us = _epoch_micros(timestamp)
+    entries = _commit_entries(location)
+    if not entries:
+        raise TableNotFoundError(table_uri)
+    latest = entries[-1].version
+    earliest = earliest_recreatable(location, location.list_log()) or 0
+    config = replay(location, latest).metadata.get("configuration") or {}
+    times = _CommitTimes(location, entries, config)
+    found = times.last_at_or_before(wanted_us, earliest)
+    if found is None or wanted_us > times.micros(latest):
+        raise VersionNotAvailableError(
+            table_uri, f"timestamp {_show(wanted_us)}", earliest, latest,
+            hint=f"Use a timestamp between {_show(times.micros(earliest))} and "
+                 f"{_show(times.micros(latest))} (the commits' times).",
+        )
+    return found
+
+
+class _CommitTimes:
+    """Commit times by version: file times below the in-commit-timestamp enablement, ICTs after."""
+
+    def __init__(self, location: TableLocation, entries: list[LogEntry], config: dict[str, str]):
+        self.location = location
+        self.versions = [e.version for e in entries]
+        self.file_times = _monotonic_times(entries)
+        self.ict_from = _ict_enablement_version(config)
+        self._ict_cache: dict[int, int] = {}
+
+    def micros(self, version: int) -> int:
+        if self.ict_from is not None and version >= self.ict_from:
+            if version not in self._ict_cache:
+                self._ict_cache[version] = _in_commit_timestamp(self.location, version)
+            return self._ict_cache[version] * 1000
+        return self.file_times[bisect.bisect_left(self.versions, version)] * 1000
+
+    def last_at_or_before(self, wanted_us: int, earliest: int) -> int | None:
+        """Binary search over the listed versions >= ``earliest`` (times increase with versions)."""
+        candidates = [v for v in self.versions if v >= earliest]
+        low, high = 0, len(candidates)
+        while low < high:
+            middle = (low + high) // 2
+            if self.micros(candidates[middle]) <= wanted_us:
+                low = middle + 1
+            else:
+                high = middle
+        return candidates[low - 1] if low else None
+
+
+def _commit_entries(location: TableLocation) -> list[LogEntry]:
+    return [e for e in location.list_log(with_mtime=True) if e.is_commit]
+
+
+def _monotonic_times(entries: list[LogEntry]) -> list[int]:
+    """File times in ms, each raised to one past its predecessor when not later than it."""
+    times: list[int] = []
+    for entry in entries:
+        value = entry.mtime_ms
+        if times and value <= times[-1]:
+            value = times[-1] + 1
+        times.append(value)
+    return times
+
+
+def _ict_enablement_version(config: dict[str, str]) -> int | None:
+    if config.get("delta.enableInCommitTimestamps", "false").lower() != "true":
+        return None
+    return int(config.get("delta.inCommitTimestampEnablementVersion", 0))
+
+
+def _ict_enabled_at(config: dict[str, str], version: int) -> bool:
+    enabled_from = _ict_enablement_version(config)
+    return enabled_from is not None and version >= enabled_from
+
+
+def _in_commit_timestamp(location: TableLocation, version: int) -> int:
+    actions = read_commit(location, version) or []
+    for action in actions:
+        info = action.get("commitInfo")
+        if info and info.get("inCommitTimestamp") is not None:
+            return int(info["inCommitTimestamp"])
+    raise InvalidLogError(location.table_uri, version,
+                          "in-commit timestamps are enabled but the commit has none")
+
+
+def _epoch_micros(timestamp: dt.datetime | str) -> int:
+    if isinstance(timestamp, str):
+        text = timestamp.strip()
+        timestamp = dt.datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith("Z") else text)
+    if not isinstance(timestamp, dt.datetime):
+        raise TypeError(f"timestamp must be a datetime or an ISO-8601 string, not {timestamp!r}")
+    if timestamp.tzinfo is None:
+        timestamp = timestamp.replace(tzinfo=dt.timezone.utc)
+    delta = timestamp - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+    return delta // dt.timedelta(microseconds=1)
+
+
+def _show(micros: int) -> str:
+    moment = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(microseconds=micros)
+    return moment.isoformat()
