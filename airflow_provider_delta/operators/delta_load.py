@@ -1,0 +1,413 @@
+"""Operators that load Delta table versions with a submitted Spark job, exactly once.
+
+Both operators are :class:`SparkSubmitOperator` subclasses: the Spark connection, cluster
+tracking, ``durable`` reconnect and ``on_kill`` are the Spark provider's. What they add:
+
+1. Decide what to read, before any Spark starts: a version range (explicit, from the sensor's
+   XCom, or from the watermark) or a snapshot, validated by the core's planner, so a request
+   that cannot succeed fails with the core's error and no JVM is started.
+2. Write a small JSON job spec and submit this package's driver program
+   (:mod:`airflow_provider_delta.job.driver`) with it; read back its JSON result.
+3. After the sink committed, move the watermark, push the result to XCom and emit an asset
+   event for the target.
+
+Getting the package to the Spark driver: in client and local mode the driver runs where the
+task runs, so the installed package is used. In cluster mode either install the wheel on the
+cluster's Python, or set ``ship_package=True`` to send a zip of the package with ``py_files``
+(its dependencies -- deltalake, pyarrow, obstore -- must still be installed there), and give a
+``work_dir`` on shared storage (e.g. ``s3://bucket/airflow-delta-jobs``) for the spec and result.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import Asset
+
+import airflow_provider_delta
+from airflow_provider_delta import core
+from airflow_provider_delta.hooks.delta import DeltaHook
+from airflow_provider_delta.job import driver
+from airflow_provider_delta.job.sinks import make_sink
+from airflow_provider_delta.job.spec import JobResult, JobSpec, SinkSpec, stable_app_id
+from airflow_provider_delta.job.storage import read_text, to_uri, write_text
+from airflow_provider_delta.watermarks import (
+    STORE_KINDS,
+    Initial,
+    WatermarkStore,
+    make_watermark_store,
+    resolve_start_version,
+    validate_initial,
+)
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+
+@dataclass(frozen=True)
+class LoadRequest:
+    """What one task run asks of Spark: a range or a snapshot, and whether it moves the watermark."""
+
+    mode: str  # "changes" or "snapshot"
+    start_version: int
+    end_version: int
+    moves_watermark: bool
+
+
+class _DeltaSparkJobOperator(SparkSubmitOperator):
+    """What both operators share: the sink, the transform, the spec, the submit, the result."""
+
+    template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "table_uri", "sql")
+
+    def __init__(
+        self,
+        *,
+        table_uri: str,
+        target: str | None = None,
+        sink: str | None = "delta",
+        partition_by: Sequence[str] = (),
+        sink_options: dict[str, str] | None = None,
+        transform: str | None = None,
+        sql: str | None = None,
+        delta_conn_id: str | None = None,
+        storage_options: dict[str, str] | None = None,
+        ship_package: bool = False,
+        work_dir: str | None = None,
+        **kwargs: Any,
+    ):
+        if transform and sql:
+            raise ValueError(f"{kwargs.get('task_id')}: give either transform or sql, not both")
+        if sink is not None and not target:
+            raise ValueError(f"{kwargs.get('task_id')}: sink={sink!r} needs a target path")
+        if target and "outlets" not in kwargs:
+            kwargs["outlets"] = [Asset(uri=to_uri(target), name=to_uri(target))]
+        kwargs.setdefault("name", f"delta-load-{kwargs.get('task_id', 'job')}")
+        super().__init__(application=driver.__file__, **kwargs)
+        self.table_uri = table_uri
+        self.target = target
+        self.sink = sink
+        self.partition_by = tuple(partition_by)
+        self.sink_options = sink_options or {}
+        self.transform = transform
+        self.sql = sql
+        self.delta_conn_id = delta_conn_id
+        self.storage_options = storage_options
+        self.ship_package = ship_package
+        self.work_dir = work_dir
+
+    @cached_property
+    def source_storage_options(self) -> dict[str, str] | None:
+        """Explicit ``storage_options``, else those of ``delta_conn_id`` (resolved at run time)."""
+        if self.storage_options is not None:
+            return self.storage_options
+        return DeltaHook(self.delta_conn_id).get_storage_options() if self.delta_conn_id else None
+
+    def sink_spec(self, context: Context) -> SinkSpec:
+        """The sink as the driver sees it; its txn appId is stable per DAG, task and target."""
+        if self.sink is None:
+            return SinkSpec(kind="none")
+        kind = "delta" if self.sink in ("delta", "delta-spark") else "format"
+        return SinkSpec(
+            kind=kind, path=self.target, format=self.sink if kind == "format" else "parquet",
+            partition_by=self.partition_by, options=self.sink_options,
+            app_id=stable_app_id(self.dag_id, self.task_id, to_uri(self.target)),
+            use_delta_spark=self.sink == "delta-spark",
+            storage_options=self.source_storage_options,
+        )
+
+    def job_spec(self, context: Context, request: LoadRequest) -> JobSpec:
+        """The spec of one run; subclasses add their read options."""
+        snapshot = request.mode == "snapshot"
+        return JobSpec(
+            table_uri=self.table_uri, mode=request.mode, sink=self.sink_spec(context),
+            start_version=None if snapshot else request.start_version,
+            end_version=None if snapshot else request.end_version,
+            snapshot_version=request.end_version if snapshot else None,
+            transform=self.transform, sql=self.sql,
+            storage_options=self.source_storage_options,
+            context={"dag_id": self.dag_id, "task_id": self.task_id,
+                     "run_id": context["run_id"]},
+            **self.read_options(),
+        )
+
+    def read_options(self) -> dict[str, Any]:
+        return {}
+
+    def run_request(self, context: Context, request: LoadRequest) -> JobResult:
+        """Skip what the sink holds already, validate the rest with the core, then submit."""
+        spec = self.job_spec(context, request)
+        committed = make_sink(spec.sink).committed_version()
+        if committed is not None and committed >= request.end_version:
+            self.log.info("%s already holds %s up to version %s; nothing to submit",
+                          self.target, self.table_uri, committed)
+            return JobResult(self.table_uri, request.mode, request.start_version,
+                             request.end_version)
+        plan = self.validate(spec, committed)
+        if request.mode == "changes" and not plan.files:
+            self.log.info("%s: versions %s..%s add no data files; nothing to submit",
+                          self.table_uri, request.start_version, request.end_version)
+            return JobResult(self.table_uri, request.mode, request.start_version,
+                             request.end_version)
+        self.log.info("%s: submitting %s of versions %s..%s (%d file(s), %d bytes)",
+                      self.table_uri, request.mode, plan.start_version, plan.end_version,
+                      len(plan), plan.total_bytes)
+        return self.submit(context, spec)
+
+    def validate(self, spec: JobSpec, committed: int | None) -> core.Plan:
+        """Plan on the Airflow side: the core's errors surface here, before any JVM starts."""
+        options = {"storage_options": spec.storage_options}
+        if spec.mode == "snapshot":
+            return core.plan_snapshot(spec.table_uri, version=spec.snapshot_version, **options)
+        start = spec.start_version if committed is None else max(spec.start_version, committed + 1)
+        return core.plan_changes(
+            spec.table_uri, start, spec.end_version, ignore_deletes=spec.ignore_deletes,
+            ignore_changes=spec.ignore_changes, skip_change_commits=spec.skip_change_commits,
+            **options,
+        )
+
+    def submit(self, context: Context, spec: JobSpec) -> JobResult:
+        """Write the spec, run the driver through spark-submit, read its result."""
+        work_dir = self.work_dir or tempfile.mkdtemp(prefix="delta-job-")
+        run_dir = f"{to_uri(work_dir)}/{self.task_id}-{uuid.uuid4().hex[:12]}"
+        spec_uri, result_uri = f"{run_dir}/spec.json", f"{run_dir}/result.json"
+        write_text(spec_uri, spec.to_json())
+        self.application_args = [spec_uri, result_uri]
+        if self.ship_package:
+            self.py_files = ",".join(filter(None, [self.py_files, _package_zip(work_dir)]))
+        self.env_vars = self._driver_env()
+        super().execute(context)
+        result = JobResult.from_json(read_text(result_uri))
+        self.log.info("job done: %d batch(es), %s row(s) written, sink version %s",
+                      len(result.batches), result.rows, result.sink_version)
+        return result
+
+    def _driver_env(self) -> dict[str, Any] | None:
+        """For local masters, run the driver on this Python (which has the package)."""
+        master = self._get_hook()._connection["master"]
+        if not master.startswith("local"):
+            return self.env_vars
+        defaults = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+        return {**defaults, **(self.env_vars or {})}
+
+    def finish(self, context: Context, result: JobResult) -> dict[str, Any]:
+        """Emit the asset event and return what goes to XCom."""
+        if self.target:
+            asset = Asset(uri=to_uri(self.target), name=to_uri(self.target))
+            context["outlet_events"][asset].extra = {
+                "source_table": self.table_uri, "source_start_version": result.start_version,
+                "source_end_version": result.end_version, "sink_version": result.sink_version,
+            }
+        return result.to_dict()
+
+
+class DeltaIncrementalOperator(_DeltaSparkJobOperator):
+    """Load the versions of a Delta table that were not loaded yet, with Spark, exactly once.
+
+    The range is, in this order: ``start_version``/``end_version`` when given (a backfill; it
+    moves the watermark only with ``move_watermark=True``), the XCom of ``sensor_task_id``
+    (a :class:`~airflow_provider_delta.sensors.DeltaVersionSensor`), or the watermark store
+    (``watermark + 1 .. latest``). Without a watermark, ``initial="snapshot"`` (the default)
+    loads the current snapshot and records its version; ``"latest"``, ``"earliest"`` or a
+    version number start an incremental read as the sensor's ``initial`` does.
+
+    Rows go through ``transform`` (``"module:function"`` called as ``f(spark, df, context)``)
+    or ``sql`` (over the temp view ``changes``), then into the sink: ``"delta"`` appends to the
+    Delta table ``target`` (created if missing, ``partition_by`` applies then) with a ``txn``
+    action per batch, so a batch is never written twice; ``"delta-spark"`` does the same
+    through ``format("delta")`` where the Delta jars are on the cluster; any other string is a
+    Spark format written to ``target/source_versions=<start>-<end>``; ``None`` leaves writing
+    to the transform. ``max_files``/``max_bytes`` split a long range into batches committed one
+    by one (a commit is never split). The watermark moves only after the sink committed.
+
+    :param table_uri: the source table (templated).
+    :param start_version: first version of an explicit range (templated; e.g. from params).
+    :param end_version: last version of an explicit range (templated; default: latest).
+    :param sensor_task_id: the sensor whose XCom holds the range.
+    :param watermark_store: ``"xcom"`` (default; an XCom of this task), ``"variable"`` or
+        ``"asset_state"``.
+    :param watermark_key: XCom key, Variable name or asset-state key of the watermark.
+    :param move_watermark: whether this run moves the watermark; default: yes, except for an
+        explicit range.
+    :param ignore_deletes: as Delta's streaming option of the same name (also
+        ``ignore_changes``, ``skip_change_commits``).
+    :param max_files: at most this many files per batch (at least one commit each).
+    :param max_bytes: at most this many bytes per batch (at least one commit each).
+    :param ship_package: send a zip of this package with ``py_files`` (cluster mode).
+    :param work_dir: where the job spec and result live; shared storage in cluster mode.
+    Every other keyword goes to :class:`SparkSubmitOperator` (``conn_id``, ``conf``, ...).
+    """
+
+    template_fields: Sequence[str] = (
+        *_DeltaSparkJobOperator.template_fields, "start_version", "end_version", "watermark_key",
+    )
+    ui_color = "#00add4"
+
+    def __init__(
+        self,
+        *,
+        table_uri: str,
+        start_version: int | str | None = None,
+        end_version: int | str | None = None,
+        sensor_task_id: str | None = None,
+        watermark_store: str = "xcom",
+        watermark_key: str = "delta_watermark",
+        watermark_asset: Asset | str | None = None,
+        initial: Initial | str = "snapshot",
+        reset_if_ahead: bool = False,
+        move_watermark: bool | None = None,
+        ignore_deletes: bool = False,
+        ignore_changes: bool = False,
+        skip_change_commits: bool = False,
+        max_files: int | None = None,
+        max_bytes: int | None = None,
+        **kwargs: Any,
+    ):
+        super().__init__(table_uri=table_uri, **kwargs)
+        if watermark_store not in STORE_KINDS:
+            raise ValueError(f"{self.task_id}: watermark_store={watermark_store!r} is unknown; "
+                             f"choose one of {', '.join(STORE_KINDS)}")
+        self.start_version = start_version
+        self.end_version = end_version
+        self.sensor_task_id = sensor_task_id
+        self.watermark_store = watermark_store
+        self.watermark_key = watermark_key
+        self.watermark_asset = watermark_asset
+        self.initial = initial if initial == "snapshot" else validate_initial(initial, table_uri)
+        self.reset_if_ahead = reset_if_ahead
+        self.move_watermark = move_watermark
+        self.ignore_deletes = ignore_deletes
+        self.ignore_changes = ignore_changes
+        self.skip_change_commits = skip_change_commits
+        self.max_files = max_files
+        self.max_bytes = max_bytes
+
+    @cached_property
+    def store(self) -> WatermarkStore:
+        """The watermark store, built after templates are rendered."""
+        return make_watermark_store(
+            self.watermark_store, key=self.watermark_key, table_uri=self.table_uri,
+            task_id=self.task_id, asset=self.watermark_asset,
+        )
+
+    def read_options(self) -> dict[str, Any]:
+        return {
+            "ignore_deletes": self.ignore_deletes, "ignore_changes": self.ignore_changes,
+            "skip_change_commits": self.skip_change_commits,
+            "max_files": self.max_files, "max_bytes": self.max_bytes,
+        }
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        request = self.resolve_request(context)
+        if request is None:
+            self.log.info("%s: no new versions to load", self.table_uri)
+            return self.finish(context, JobResult(self.table_uri, "changes", None, None))
+        result = self.run_request(context, request)
+        if request.moves_watermark:
+            self.advance_watermark(context, request.end_version)
+        return self.finish(context, result)
+
+    def advance_watermark(self, context: Context, version: int) -> None:
+        """Record ``version`` as fully processed; called only after the sink committed."""
+        self.store.write(context, version)
+
+    def resolve_request(self, context: Context) -> LoadRequest | None:
+        """The range to load (None: nothing new), from explicit versions, sensor or watermark."""
+        start, end = _optional_int(self.start_version), _optional_int(self.end_version)
+        if start is not None:
+            if end is None:
+                end = self._latest()
+            moves = bool(self.move_watermark)
+            return LoadRequest("changes", start, end, moves)
+        if end is not None:
+            raise ValueError(f"{self.task_id}: end_version={end} needs a start_version too")
+        moves = self.move_watermark is not False
+        if self.sensor_task_id:
+            found = context["ti"].xcom_pull(task_ids=self.sensor_task_id)
+            if found:
+                return LoadRequest("changes", int(found["start_version"]),
+                                   int(found["end_version"]), moves)
+        return self._from_watermark(context, moves)
+
+    def _from_watermark(self, context: Context, moves: bool) -> LoadRequest | None:
+        watermark = self.store.read(context)
+        latest = self._latest(since=watermark)
+        if watermark is None and self.initial == "snapshot":
+            return LoadRequest("snapshot", latest, latest, moves)
+        start = resolve_start_version(
+            watermark, initial="latest" if self.initial == "snapshot" else self.initial,
+            latest=latest, table_uri=self.table_uri, reset_if_ahead=self.reset_if_ahead,
+        )
+        return None if start > latest else LoadRequest("changes", start, latest, moves)
+
+    def _latest(self, since: int | None = None) -> int:
+        return core.latest_version(self.table_uri, since=since,
+                                   storage_options=self.source_storage_options)
+
+
+class DeltaTimeTravelOperator(_DeltaSparkJobOperator):
+    """Load the snapshot of a Delta table at ``version`` or ``timestamp`` (exactly one), with Spark.
+
+    The version is resolved and the snapshot planned before submitting, so a version outside the
+    log's window, a timestamp before the first commit or vacuumed files fail with the core's
+    error and no Spark job. Transform and sink work as in :class:`DeltaIncrementalOperator`; with
+    a ``"delta"`` sink the snapshot is written once (its ``txn`` version is the snapshot version).
+
+    :param version: the table version (templated).
+    :param timestamp: a ``datetime`` (naive means UTC) or ISO-8601 string (templated); the latest
+        commit at or before it is read.
+    """
+
+    template_fields: Sequence[str] = (*_DeltaSparkJobOperator.template_fields, "version",
+                                      "timestamp")
+    ui_color = "#4a9fd8"
+
+    def __init__(self, *, table_uri: str, version: int | str | None = None,
+                 timestamp: datetime | str | None = None, **kwargs: Any):
+        super().__init__(table_uri=table_uri, **kwargs)
+        self.version = version
+        self.timestamp = timestamp
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        version = self.resolve_version()
+        result = self.run_request(context, LoadRequest("snapshot", version, version, False))
+        return self.finish(context, result)
+
+    def resolve_version(self) -> int:
+        """``version`` as an int, or the version in force at ``timestamp``."""
+        version, timestamp = _optional_int(self.version), self.timestamp or None
+        if (version is None) == (timestamp is None):
+            raise ValueError(
+                f"{self.task_id}: give exactly one of version and timestamp for {self.table_uri} "
+                f"(got version={self.version!r}, timestamp={self.timestamp!r})"
+            )
+        if version is not None:
+            return version
+        return core.version_at(self.table_uri, timestamp,
+                               storage_options=self.source_storage_options)
+
+
+def _optional_int(value: int | str | None) -> int | None:
+    """Templated versions arrive as strings; ``""`` and ``"None"`` mean not given."""
+    if value is None or (isinstance(value, str) and value.strip() in ("", "None")):
+        return None
+    return int(value)
+
+
+def _package_zip(work_dir: str) -> str:
+    """A zip of this package for ``py_files``, built next to the job files (local work_dir)."""
+    package_dir = Path(airflow_provider_delta.__file__).parent
+    target = Path(tempfile.mkdtemp(dir=work_dir if "://" not in work_dir else None))
+    archive = shutil.make_archive(str(target / "airflow_provider_delta"), "zip",
+                                  root_dir=package_dir.parent, base_dir=package_dir.name)
+    return os.fspath(archive)
