@@ -1,0 +1,57 @@
+"""End to end: DAGs run with dag.test() on SQLite, loads submitted with real spark-submit."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from airflow.sdk import DAG
+
+from airflow_provider_delta.operators import DeltaIncrementalOperator, DeltaTimeTravelOperator
+
+from .conftest import SPARK_CONF, append_rows, delta_rows, driver_env, result_of, states, watermark
+
+pytestmark = pytest.mark.slow
+
+
+def _incremental(conn_id, source, target, **kwargs):
+    with DAG("incremental_load", schedule=None) as dag:
+        DeltaIncrementalOperator(
+            task_id="load", table_uri=source, target=target, conn_id=conn_id, conf=SPARK_CONF,
+            watermark_store="variable", watermark_key="wm_incremental",
+            transform="operators.transforms:add_batch_end", env_vars=driver_env(), **kwargs,
+        )
+    return dag
+
+
+def test_first_run_snapshot_then_only_new_versions(spark_local_conn, dag_run, tmp_path):
+    source, target = str(tmp_path / "source"), str(tmp_path / "target")
+    append_rows(source, [0, 1, 2])
+    append_rows(source, [3, 4])
+    dag = _incremental(spark_local_conn, source, target, max_files=1, partition_by=["batch_end"])
+
+    first = dag_run(dag)
+    assert states(first) == {"load": "success"}
+    result = result_of(first, "load")
+    assert (result["mode"], result["start_version"], result["end_version"]) == ("snapshot", 1, 1)
+    assert (result["rows"], result["files"], result["sink_version"]) == (5, 2, 0)
+    assert watermark("wm_incremental") == {source: 1}
+    expected = Counter({row + (1,): n for row, n in delta_rows(source).items()})
+    assert delta_rows(target) == expected
+
+    append_rows(source, [5, 6])
+    append_rows(source, [7])
+    second = dag_run(dag)
+    result = result_of(second, "load")
+    assert (result["mode"], result["start_version"], result["end_version"]) == ("changes", 2, 3)
+    assert [(b["start_version"], b["end_version"], b["rows"], b["sink_version"])
+            for b in result["batches"]] == [(2, 2, 2, 1), (3, 3, 1, 2)]
+    assert watermark("wm_incremental") == {source: 3}
+    expected.update({(5, "n5", 2): 1, (6, None, 2): 1, (7, "n7", 3): 1})
+    assert delta_rows(target) == expected
+
+    third = dag_run(dag)
+    assert states(third) == {"load": "success"}
+    assert result_of(third, "load")["batches"] == []
+    assert watermark("wm_incremental") == {source: 3}
+    assert delta_rows(target) == expected
