@@ -1,0 +1,77 @@
+"""DeltaHook: connections become object_store options; secrets stay out of logs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from airflow.sdk import Connection
+
+from airflow_provider_delta.errors import DeltaProviderError
+from airflow_provider_delta.hooks.delta import storage_options_from_connection
+
+
+def connection(**fields) -> Connection:
+    extra = fields.pop("extra", None)
+    return Connection(conn_id="lake", conn_type="delta",
+                      extra=json.dumps(extra) if extra is not None else None, **fields)
+
+
+def test_s3_compatible_endpoint():
+    options = storage_options_from_connection(connection(
+        host="http://127.0.0.1:9000", login="AKIA", password="s3cr3t-s3",
+        extra={"region": "eu-west-1"},
+    ))
+    assert options == {
+        "AWS_ACCESS_KEY_ID": "AKIA",
+        "AWS_SECRET_ACCESS_KEY": "s3cr3t-s3",
+        "AWS_REGION": "eu-west-1",
+        "AWS_ENDPOINT_URL": "http://127.0.0.1:9000",
+        "AWS_ALLOW_HTTP": "true",
+    }
+
+
+def test_host_without_scheme_gets_one_and_the_port():
+    options = storage_options_from_connection(connection(
+        host="minio.internal", port=9000, extra={"allow_http": True}))
+    assert options["AWS_ENDPOINT_URL"] == "http://minio.internal:9000"
+    assert options["AWS_ALLOW_HTTP"] == "true"
+    secure = storage_options_from_connection(connection(host="s3.example.com"))
+    assert secure["AWS_ENDPOINT_URL"] == "https://s3.example.com" and "AWS_ALLOW_HTTP" not in secure
+
+
+def test_plain_aws_needs_no_endpoint():
+    options = storage_options_from_connection(connection(login="AKIA", password="x"))
+    assert set(options) == {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
+
+
+def test_azure_and_gcs():
+    azure = storage_options_from_connection(connection(
+        login="account", password="a2ure-key", extra={"provider": "azure"}))
+    assert azure == {"AZURE_STORAGE_ACCOUNT_NAME": "account", "AZURE_STORAGE_ACCOUNT_KEY": "a2ure-key"}
+    gcs = storage_options_from_connection(connection(
+        password='{"type": "service_account"}', extra={"provider": "gcs"}))
+    assert gcs == {"GOOGLE_SERVICE_ACCOUNT_KEY": '{"type": "service_account"}'}
+
+
+def test_extra_storage_options_pass_through_and_win():
+    options = storage_options_from_connection(connection(
+        login="AKIA", extra={"region": "us-east-1",
+                             "storage_options": {"aws_region": "eu-north-1", "AWS_S3_ALLOW_UNSAFE_RENAME": "true"}}))
+    assert options["AWS_REGION"] == "eu-north-1"
+    assert options["AWS_S3_ALLOW_UNSAFE_RENAME"] == "true"
+
+
+def test_unknown_provider_is_refused_with_the_choices():
+    with pytest.raises(DeltaProviderError, match="'hdfs' is not supported.*azure, gcs, s3"):
+        storage_options_from_connection(connection(extra={"provider": "hdfs"}))
+
+
+def test_secrets_are_masked_in_logs():
+    from airflow.sdk._shared.secrets_masker import redact
+
+    storage_options_from_connection(connection(
+        login="AKIA-visible", password="very-secret-value-123", extra={"session_token": "tok-456789"}))
+    shown = str(redact("key AKIA-visible secret very-secret-value-123 token tok-456789"))
+    assert "very-secret-value-123" not in shown and "tok-456789" not in shown
+    assert "AKIA-visible" in shown  # the key id is not a secret

@@ -1,0 +1,85 @@
+"""resolve_start_version and the store factory: the rules, without a metadata DB."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_provider_delta.errors import WatermarkError
+from airflow_provider_delta.watermarks import (
+    AssetStateWatermarkStore,
+    VariableWatermarkStore,
+    XComWatermarkStore,
+    make_watermark_store,
+    resolve_start_version,
+    validate_initial,
+)
+
+URI = "s3://bucket/orders"
+
+
+@pytest.mark.parametrize(
+    ("watermark", "initial", "latest", "expected"),
+    [
+        (4, "latest", 9, 5),  # a watermark wins over `initial`
+        (9, "earliest", 9, 10),  # fully caught up: the next version to wait for
+        (None, "latest", 9, 10),  # the current snapshot counts as done
+        (None, "earliest", 9, 0),
+        (None, 3, 9, 3),
+        (None, 12, 9, 12),  # an explicit start beyond the head waits for it
+    ],
+)
+def test_start_version_rules(watermark, initial, latest, expected):
+    assert resolve_start_version(watermark, initial=initial, latest=latest, table_uri=URI) == expected
+
+
+def test_watermark_above_latest_names_table_versions_and_fix():
+    with pytest.raises(WatermarkError) as caught:
+        resolve_start_version(12, initial="latest", latest=3, table_uri=URI)
+    message = str(caught.value)
+    assert URI in message and "12" in message and "3" in message
+    assert "recreated" in message and "reset_if_ahead" in message
+    assert caught.value.permanent and caught.value.version == 12
+
+
+def test_reset_if_ahead_restarts_with_initial():
+    assert resolve_start_version(
+        12, initial="earliest", latest=3, table_uri=URI, reset_if_ahead=True
+    ) == 0
+
+
+@pytest.mark.parametrize("bad", ["newest", -1, 1.5, True, None])
+def test_bad_initial_is_refused(bad):
+    with pytest.raises(WatermarkError, match="initial="):
+        validate_initial(bad, URI)
+
+
+def test_factory_builds_each_kind():
+    assert isinstance(make_watermark_store("xcom", key="k", table_uri=URI, task_id="load"),
+                      XComWatermarkStore)
+    assert isinstance(make_watermark_store("variable", key="k", table_uri=URI),
+                      VariableWatermarkStore)
+    assert isinstance(make_watermark_store("asset_state", key="k", table_uri=URI),
+                      AssetStateWatermarkStore)
+
+
+def test_unknown_store_kind_lists_the_valid_ones():
+    with pytest.raises(WatermarkError, match="unknown watermark store 'redis'.*xcom, variable, asset_state"):
+        make_watermark_store("redis", key="k", table_uri=URI)
+
+
+def test_empty_key_is_refused():
+    with pytest.raises(WatermarkError, match="non-empty key"):
+        make_watermark_store("variable", key="", table_uri=URI)
+
+
+@pytest.mark.parametrize("raw", ["7", -2, 3.0, False, {"v": 1}])
+def test_malformed_stored_value_is_an_error(raw):
+    store = make_watermark_store("variable", key="wm", table_uri=URI)
+    with pytest.raises(WatermarkError, match="not a table version"):
+        store._checked(raw, "somewhere")
+
+
+def test_store_refuses_to_write_a_non_version():
+    store = make_watermark_store("variable", key="wm", table_uri=URI)
+    with pytest.raises(WatermarkError, match="refusing to store"):
+        store.write({}, -1)
