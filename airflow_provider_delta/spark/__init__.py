@@ -1,0 +1,10 @@
+"""The Spark layer: plans from the core turned into DataFrames, on plain PySpark.
+
+Public API: :func:`read_changes`, :func:`read_snapshot` and :func:`read_plan`.
+"""
+
+from __future__ import annotations
+
+from airflow_provider_delta.spark.reader import read_changes, read_plan, read_snapshot
+
+__all__ = ["read_changes", "read_plan", "read_snapshot"]

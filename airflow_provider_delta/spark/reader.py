@@ -1,0 +1,225 @@
+"""Plans to Spark DataFrames: Parquet read natively, everything Delta-specific from the plan.
+
+One ``spark.read.parquet`` scan reads all files of a plan with the physical schema in force at
+its end (schema changes inside a plan are additive, so older files read NULL for new columns).
+Partition values and deletion vectors are per file; they reach the rows through broadcast joins
+on Spark's ``_metadata.file_path`` (and ``_metadata.row_index`` for deleted rows), so no data row
+goes to the driver and no per-file DataFrames are unioned.
+
+A path can occur more than once in a range (a deletion-vector DELETE re-adds the file with a new
+vector). Each occurrence is read with its own vector: the k-th occurrences of all paths form the
+k-th scan, and the scans are unioned (one scan in the common case).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections import Counter
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import IntegerType, StringType, StructField, StructType
+
+from airflow_provider_delta.core import plan_changes, plan_snapshot
+from airflow_provider_delta.core.model import Plan, PlannedFile, TableMetadata
+from airflow_provider_delta.core.storage import TableLocation
+from airflow_provider_delta.errors import MissingDataFileError
+from airflow_provider_delta.spark.deletion_vectors import deleted_rows
+from airflow_provider_delta.spark.files import missing_files
+from airflow_provider_delta.spark.paths import spark_file_path, spark_read_path
+from airflow_provider_delta.spark.schema import (
+    logical_schema,
+    physical_read_schema,
+    quoted,
+    to_logical_columns,
+)
+
+log = logging.getLogger(__name__)
+
+# Helper columns; the prefix keeps them apart from any table column.
+_FILE = "__delta_provider_file_path"
+_FILE_ID = "__delta_provider_file_id"
+_ROW = "__delta_provider_row_index"
+_FIELD_ID_CONF = "spark.sql.parquet.fieldId.read.enabled"
+
+
+def read_changes(
+    spark: SparkSession,
+    table_uri: str,
+    start_version: int,
+    end_version: int | None = None,
+    *,
+    ignore_deletes: bool = False,
+    ignore_changes: bool = False,
+    skip_change_commits: bool = False,
+    storage_options: dict[str, str] | None = None,
+) -> DataFrame:
+    """The rows added by versions ``start_version..end_version`` (inclusive; latest if None).
+
+    Follows Delta's streaming-source rules (see :func:`~airflow_provider_delta.core.plan_changes`
+    for the options). The result has the table's logical columns, order and types at
+    ``end_version``.
+    """
+    plan = plan_changes(
+        table_uri,
+        start_version,
+        end_version,
+        ignore_deletes=ignore_deletes,
+        ignore_changes=ignore_changes,
+        skip_change_commits=skip_change_commits,
+        storage_options=storage_options,
+    )
+    return read_plan(spark, plan, storage_options=storage_options)
+
+
+def read_snapshot(
+    spark: SparkSession,
+    table_uri: str,
+    *,
+    version: int | None = None,
+    timestamp: dt.datetime | str | None = None,
+    storage_options: dict[str, str] | None = None,
+) -> DataFrame:
+    """The table as of ``version`` or ``timestamp`` (the latest commit at or before it).
+
+    Without either, the latest version. Giving both is a ValueError.
+    """
+    plan = plan_snapshot(
+        table_uri, version=version, timestamp=timestamp, storage_options=storage_options
+    )
+    return read_plan(spark, plan, storage_options=storage_options)
+
+
+def read_plan(
+    spark: SparkSession, plan: Plan, *, storage_options: dict[str, str] | None = None
+) -> DataFrame:
+    """The rows of ``plan``'s files, deletion vectors applied, in the plan's logical schema.
+
+    Checks every data file and deletion vector up front and raises MissingDataFileError
+    before any row is produced. ``storage_options`` are needed to read deletion vectors
+    and check files in object stores (Spark itself uses its own Hadoop configuration).
+    """
+    metadata = plan.metadata
+    if not plan.files:
+        return spark.createDataFrame([], logical_schema(metadata))
+    _check_files_exist(plan, storage_options)
+    deletions = _load_deletions(plan, storage_options)
+    if metadata.column_mapping_mode == "id":
+        # Per session and read at planning time; harmless for schemas without field ids.
+        spark.conf.set(_FIELD_ID_CONF, "true")
+    rounds = _occurrence_rounds(plan.files)
+    log.info(
+        "%s: reading %d files (%d bytes) of versions %d..%d in %d scan(s)",
+        plan.table_uri, len(plan.files), plan.total_bytes, plan.start_version,
+        plan.end_version, len(rounds),
+    )
+    frames = [_read_round(spark, metadata, files, deletions) for files in rounds]
+    result = frames[0]
+    for frame in frames[1:]:
+        result = result.union(frame)
+    return result
+
+
+def _check_files_exist(plan: Plan, storage_options: dict[str, str] | None) -> None:
+    gone = missing_files(
+        dict.fromkeys(f.path for f in plan.files), plan.table_uri, storage_options
+    )
+    if gone:
+        first = next(f for f in plan.files if f.path == gone[0])
+        raise MissingDataFileError(plan.table_uri, first.version, first.path)
+
+
+def _load_deletions(
+    plan: Plan, storage_options: dict[str, str] | None
+) -> dict[int, np.ndarray]:
+    """Deleted row indexes per file (by position in the plan), for files with a vector."""
+    root = TableLocation(plan.table_uri, storage_options).root_uri
+    deletions = {}
+    for index, file in enumerate(plan.files):
+        if file.deletion_vector is not None and file.deletion_vector.cardinality > 0:
+            deletions[index] = deleted_rows(
+                file.deletion_vector,
+                table_root_uri=root,
+                table_uri=plan.table_uri,
+                version=file.version,
+                storage_options=storage_options,
+            )
+    return deletions
+
+
+def _occurrence_rounds(files: Sequence[PlannedFile]) -> list[list[tuple[int, PlannedFile]]]:
+    """Split files so no path repeats within a round; keeps each file's plan position."""
+    seen: Counter[str] = Counter()
+    rounds: list[list[tuple[int, PlannedFile]]] = []
+    for index, file in enumerate(files):
+        occurrence = seen[file.path]
+        seen[file.path] += 1
+        if occurrence == len(rounds):
+            rounds.append([])
+        rounds[occurrence].append((index, file))
+    return rounds
+
+
+def _read_round(
+    spark: SparkSession,
+    metadata: TableMetadata,
+    files: list[tuple[int, PlannedFile]],
+    deletions: dict[int, np.ndarray],
+) -> DataFrame:
+    """One Parquet scan over files with distinct paths, joined to their partitions and DVs."""
+    round_deletions = {index: deletions[index] for index, _ in files if index in deletions}
+    scan_columns = [F.col("*"), F.col("_metadata.file_path").alias(_FILE)]
+    if round_deletions:
+        scan_columns.append(F.col("_metadata.row_index").alias(_ROW))
+    rows = (
+        spark.read.schema(physical_read_schema(metadata))
+        .parquet(*[spark_read_path(f.path) for _, f in files])
+        .select(*scan_columns)
+    )
+    if metadata.partition_columns or round_deletions:
+        rows = rows.join(F.broadcast(_files_frame(spark, metadata, files)), _FILE)
+    if round_deletions:
+        rows = rows.join(
+            F.broadcast(_deletions_frame(spark, round_deletions)), [_FILE_ID, _ROW], "left_anti"
+        )
+    return rows.select(*_result_columns(metadata))
+
+
+def _files_frame(
+    spark: SparkSession, metadata: TableMetadata, files: list[tuple[int, PlannedFile]]
+) -> DataFrame:
+    """A small frame: Spark's path of each file, its plan position and its partition values."""
+    partition_fields = [
+        f for f in logical_schema(metadata).fields if f.name in metadata.partition_columns
+    ]
+    schema = StructType(
+        [StructField(_FILE, StringType(), False), StructField(_FILE_ID, IntegerType(), False)]
+        + partition_fields
+    )
+    rows = [
+        (spark_file_path(file.path), index)
+        + tuple(file.partition_values.get(f.name) for f in partition_fields)
+        for index, file in files
+    ]
+    return spark.createDataFrame(rows, schema)
+
+
+def _deletions_frame(spark: SparkSession, deletions: dict[int, np.ndarray]) -> DataFrame:
+    """(file position, deleted row index) pairs, shipped to Spark through Arrow."""
+    ids = np.concatenate(
+        [np.full(len(rows), index, dtype=np.int32) for index, rows in deletions.items()]
+    )
+    row_indexes = np.concatenate(list(deletions.values())).astype(np.int64)
+    return spark.createDataFrame(pa.table({_FILE_ID: ids, _ROW: row_indexes}))
+
+
+def _result_columns(metadata: TableMetadata) -> list[Column]:
+    data_columns = to_logical_columns(metadata)
+    return [
+        data_columns.get(field.name, F.col(quoted(field.name)))
+        for field in logical_schema(metadata).fields
+    ]
