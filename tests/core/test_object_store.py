@@ -1,0 +1,94 @@
+"""The core on S3 (a local moto server): start-after listing and storage_options end to end."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import obstore
+import pytest
+from obstore.store import S3Store
+
+from airflow_provider_delta.core import (
+    commit_timestamp, latest_version, plan_changes, plan_snapshot, version_at,
+)
+from airflow_provider_delta.errors import LogGapError, TableNotFoundError
+
+BUCKET = "lake"
+
+
+@pytest.fixture(scope="module")
+def s3_options():
+    from moto.server import ThreadedMotoServer
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
+    server.start()
+    options = {
+        "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_REGION": "us-east-1", "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+        "AWS_ALLOW_HTTP": "true",
+    }
+    import boto3
+
+    boto3.client("s3", endpoint_url=options["AWS_ENDPOINT_URL"], region_name="us-east-1",
+                 aws_access_key_id="testing", aws_secret_access_key="testing",
+                 ).create_bucket(Bucket=BUCKET)
+    yield options
+    server.stop()
+
+
+@pytest.fixture
+def upload(s3_options):
+    store = S3Store(BUCKET, endpoint=s3_options["AWS_ENDPOINT_URL"], region="us-east-1",
+                    access_key_id="testing", secret_access_key="testing",
+                    client_options={"allow_http": True})
+
+    def put_tree(local: str, prefix: str) -> str:
+        for folder, _, names in os.walk(local):
+            for name in names:
+                source = Path(folder) / name
+                obstore.put(store, f"{prefix}/{source.relative_to(local)}", source.read_bytes())
+        return f"s3://{BUCKET}/{prefix}"
+
+    return put_tree
+
+
+@pytest.mark.parametrize("name", [
+    "delta-kernel/basic-with-checkpoint", "delta-golden/v2-checkpoint-json",
+    "delta-golden/multi-part-checkpoint", "delta-rs/simple_table",
+    "delta-golden/dv-partitioned-with-checkpoint",
+])
+def test_remote_table_plans_like_its_local_copy(shared_table, upload, s3_options, name):
+    local = shared_table(name)
+    uri = upload(local, name)
+    latest = latest_version(local)
+    assert latest_version(uri, storage_options=s3_options) == latest
+    assert latest_version(uri, since=0, storage_options=s3_options) == latest
+    remote_snapshot = plan_snapshot(uri, storage_options=s3_options)
+    local_snapshot = plan_snapshot(local)
+    assert sorted(f.path.replace(uri, "") for f in remote_snapshot) == sorted(
+        f.path.replace("file://" + local, "") for f in local_snapshot)
+    assert all(f.path.startswith(uri + "/") for f in remote_snapshot)
+    remote_changes = plan_changes(uri, 0, storage_options=s3_options, ignore_changes=True)
+    local_changes = plan_changes(local, 0, ignore_changes=True)
+    assert [(f.version, f.partition_values, f.deletion_vector) for f in remote_changes] == [
+        (f.version, f.partition_values, f.deletion_vector) for f in local_changes]
+
+
+def test_remote_commit_times_and_errors(shared_table, upload, s3_options):
+    uri = upload(shared_table("delta-golden/snapshot-data1"), "times")
+    first, second = (commit_timestamp(uri, v, storage_options=s3_options) for v in (0, 1))
+    assert second > first
+    from datetime import datetime, timezone
+
+    assert version_at(uri, datetime.fromtimestamp(second / 1000, timezone.utc),
+                      storage_options=s3_options) == 1
+    gap = upload(shared_table("delta-rs-errors/table_c"), "gap")
+    with pytest.raises(LogGapError):
+        latest_version(gap, storage_options=s3_options)
+    with pytest.raises(TableNotFoundError):
+        latest_version(f"s3://{BUCKET}/absent", storage_options=s3_options)
