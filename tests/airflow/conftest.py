@@ -72,18 +72,27 @@ def run_dag(airflow_db):
     return run
 
 
-def task_states(dag_run) -> dict[str, str]:
-    """``{task_id: state}`` of a finished DagRun, read from the metadata DB."""
-    return {ti.task_id: ti.state for ti in dag_run.get_task_instances()}
+@pytest.fixture
+def task_states():
+    """``task_states(dag_run)``: ``{task_id: state}`` of a finished DagRun, from the DB."""
+
+    def states(dag_run) -> dict[str, str]:
+        return {ti.task_id: ti.state for ti in dag_run.get_task_instances()}
+
+    return states
 
 
-def xcom_value(dag_run, task_id: str, key: str = "return_value"):
-    """An XCom of ``task_id`` in ``dag_run``, read from the metadata DB."""
+@pytest.fixture
+def xcom_value():
+    """``xcom_value(dag_run, task_id, key)``: an XCom of ``task_id`` in ``dag_run``, from the DB."""
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
 
-    with create_session() as session:
-        row = session.scalars(
-            XComModel.get_many(run_id=dag_run.run_id, key=key, task_ids=task_id, dag_ids=dag_run.dag_id)
-        ).first()
-        return None if row is None else XComModel.deserialize_value(row)
+    def value(dag_run, task_id: str, key: str = "return_value"):
+        with create_session() as session:
+            row = session.scalars(XComModel.get_many(
+                run_id=dag_run.run_id, key=key, task_ids=task_id, dag_ids=dag_run.dag_id,
+            )).first()
+            return None if row is None else XComModel.deserialize_value(row)
+
+    return value

@@ -1,0 +1,142 @@
+"""Real DAG runs (dag.test on SQLite): watermarks carried across runs, deferral, timeouts."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from datetime import datetime
+
+import pytest
+from airflow.sdk import DAG, get_current_context, task
+
+from airflow_provider_delta.sensors import DeltaVersionSensor
+from airflow_provider_delta.watermarks import make_watermark_store
+
+WATERMARK_KEY = "orders_watermark"
+
+
+def incremental_dag(dag_id: str, table_uri: str, store: str, **sensor_kwargs) -> DAG:
+    """sense >> load, where ``load`` stands in for the incremental operator: it records the
+    range it was given and writes the range's end as the new watermark."""
+    with DAG(dag_id, schedule=None, start_date=datetime(2024, 1, 1), catchup=False) as dag:
+        sense = DeltaVersionSensor(
+            task_id="sense", table_uri=table_uri, watermark_store=store,
+            watermark_key=WATERMARK_KEY, watermark_task_id="load" if store == "xcom" else None,
+            **{"initial": "earliest", "poke_interval": 0.1, "timeout": 30, **sensor_kwargs},
+        )
+
+        @task
+        def load(uri: str) -> dict:
+            context = get_current_context()
+            found = context["ti"].xcom_pull(task_ids="sense")
+            make_watermark_store(store, key=WATERMARK_KEY, table_uri=uri).write(
+                context, found["end_version"]
+            )
+            return found
+
+        sense >> load(table_uri)
+    return dag
+
+
+@pytest.fixture
+def ranges(xcom_value):
+    """``ranges(dag_run)``: the (start, end) the sensor found, which ``load`` received."""
+
+    def found_range(dag_run) -> tuple[int, int]:
+        found = xcom_value(dag_run, "sense")
+        assert found is not None, "the sensor returned no range"
+        assert found == xcom_value(dag_run, "load")
+        return found["start_version"], found["end_version"]
+
+    return found_range
+
+
+def test_xcom_watermark_carries_across_runs(run_dag, growing_table, ranges, xcom_value):
+    table = growing_table(3)
+    dag = incremental_dag("delta_xcom_watermark", table.uri, "xcom")
+    assert ranges(run_dag(dag)) == (0, 2)
+    table.append(2)
+    assert ranges(run_dag(dag)) == (3, 4)
+    table.append(1)
+    second = run_dag(dag)
+    assert ranges(second) == (5, 5)
+    assert xcom_value(second, "load", WATERMARK_KEY) == 5
+
+
+def test_variable_watermark_carries_across_runs_and_tables(run_dag, growing_table, ranges):
+    from airflow.models import Variable
+
+    orders, users = growing_table(2, "orders"), growing_table(4, "users")
+    orders_dag = incremental_dag("delta_variable_orders", orders.uri, "variable")
+    users_dag = incremental_dag("delta_variable_users", users.uri, "variable")
+    assert ranges(run_dag(orders_dag)) == (0, 1)
+    assert ranges(run_dag(users_dag)) == (0, 3)
+    orders.append()
+    assert ranges(run_dag(orders_dag)) == (2, 2)
+    assert Variable.get(WATERMARK_KEY, deserialize_json=True) == {orders.uri: 2, users.uri: 3}
+
+
+def test_malformed_variable_fails_the_sensor(run_dag, growing_table, task_states, capfd):
+    from airflow.models import Variable
+
+    table = growing_table(1)
+    Variable.set("broken_watermark", "{not json")
+    with DAG("delta_malformed_variable", schedule=None, start_date=datetime(2024, 1, 1)) as dag:
+        DeltaVersionSensor(task_id="sense", table_uri=table.uri, watermark_store="variable",
+                           watermark_key="broken_watermark", poke_interval=0.1, timeout=5)
+    assert task_states(run_dag(dag)) == {"sense": "failed"}
+    assert "Airflow Variable 'broken_watermark' is not JSON" in "".join(capfd.readouterr())
+
+
+def test_watermark_above_latest_fails_the_sensor(run_dag, growing_table, task_states, capfd):
+    from airflow.models import Variable
+
+    table = growing_table(2)
+    Variable.set("ahead_watermark", f'{{"{table.uri}": 9}}')
+    with DAG("delta_ahead_variable", schedule=None, start_date=datetime(2024, 1, 1)) as dag:
+        DeltaVersionSensor(task_id="sense", table_uri=table.uri, watermark_store="variable",
+                           watermark_key="ahead_watermark", poke_interval=0.1, timeout=5)
+    assert task_states(run_dag(dag)) == {"sense": "failed"}
+    assert "table's latest version is 1; the table was probably recreated" in "".join(capfd.readouterr())
+
+
+def test_deferrable_sensor_completes_through_the_trigger(run_dag, growing_table, ranges):
+    table = growing_table(2)
+    dag = incremental_dag("delta_deferrable", table.uri, "xcom", deferrable=True)
+    assert ranges(run_dag(dag)) == (0, 1)
+    # Nothing new when the next run starts: the sensor defers, and the commit lands only
+    # once dag.test() runs the trigger.
+    trigger_running = threading.Event()
+    watcher = _OnLogMessage("running trigger in line", trigger_running)
+    logging.getLogger("airflow.sdk.definitions.dag").addHandler(watcher)
+    commit = threading.Thread(target=lambda: trigger_running.wait(60) and table.append())
+    commit.start()
+    try:
+        dag_run = run_dag(dag)
+    finally:
+        logging.getLogger("airflow.sdk.definitions.dag").removeHandler(watcher)
+        commit.join()
+    assert trigger_running.is_set() and table.version() == 2
+    assert ranges(dag_run) == (2, 2)
+
+
+class _OnLogMessage(logging.Handler):
+    """Set an event when a log message containing ``text`` is emitted."""
+
+    def __init__(self, text: str, event: threading.Event):
+        super().__init__()
+        self.text, self.event = text, event
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.text in record.getMessage():
+            self.event.set()
+
+
+@pytest.mark.parametrize("deferrable", [False, True], ids=["poke", "deferrable"])
+@pytest.mark.parametrize(("soft_fail", "state"), [(False, "failed"), (True, "skipped")])
+def test_timeout(run_dag, growing_table, task_states, deferrable, soft_fail, state):
+    table = growing_table(1)
+    dag = incremental_dag(f"delta_timeout_{deferrable}_{soft_fail}", table.uri, "variable",
+                          initial="latest", timeout=1, poke_interval=0.2,
+                          deferrable=deferrable, soft_fail=soft_fail)
+    assert task_states(run_dag(dag)) == {"sense": state, "load": "upstream_failed" if state == "failed" else "skipped"}

@@ -1,0 +1,138 @@
+"""DeltaVersionSensor's poke logic and execute_complete, without a metadata DB.
+
+The watermark comes from a store that keeps it in memory: an implementation of the
+provider's own WatermarkStore interface (the Airflow-backed stores are exercised in
+test_dag_runs.py through real DAG runs).
+"""
+
+from __future__ import annotations
+
+import pytest
+from airflow.sdk import PokeReturnValue
+from airflow.sdk.exceptions import AirflowSensorTimeout, TaskDeferred
+
+from airflow_provider_delta.errors import DeltaProviderError, TableNotFoundError, WatermarkError
+from airflow_provider_delta.sensors import DeltaVersionSensor
+from airflow_provider_delta.watermarks import WatermarkStore
+
+
+class MemoryStore(WatermarkStore):
+    def __init__(self, table_uri: str, value: object = None):
+        super().__init__(key="wm", table_uri=table_uri)
+        self.value = value
+
+    def read(self, context):
+        return self._checked(self.value, "memory")
+
+    def write(self, context, version):
+        self.value = version
+
+
+def sensor_on(table_uri: str, watermark: object = None, **kwargs) -> DeltaVersionSensor:
+    sensor = DeltaVersionSensor(task_id="sense", table_uri=table_uri,
+                                watermark_store="variable", **kwargs)
+    sensor.store = MemoryStore(table_uri, watermark)
+    return sensor
+
+
+def test_new_versions_after_the_watermark(growing_table):
+    table = growing_table(4)
+    result = sensor_on(table.uri, watermark=1).poke({})
+    assert isinstance(result, PokeReturnValue) and result.is_done
+    assert result.xcom_value["table_uri"] == table.uri
+    assert (result.xcom_value["start_version"], result.xcom_value["end_version"]) == (2, 3)
+    assert result.xcom_value["latest_commit_timestamp"] > 1_600_000_000_000
+
+
+def test_nothing_new_keeps_waiting(growing_table):
+    table = growing_table(3)
+    assert sensor_on(table.uri, watermark=2).poke({}) is False
+
+
+def test_min_new_versions(growing_table):
+    table = growing_table(3)
+    sensor = sensor_on(table.uri, watermark=0, min_new_versions=3)
+    assert sensor.poke({}) is False
+    table.append()
+    assert sensor.poke({}).xcom_value["end_version"] == 3
+
+
+def test_initial_latest_waits_for_the_next_commit_and_stays_put(growing_table):
+    table = growing_table(3)
+    sensor = sensor_on(table.uri, initial="latest")
+    assert sensor.poke({}) is False
+    table.append(2)
+    found = sensor.poke({}).xcom_value
+    assert (found["start_version"], found["end_version"]) == (3, 4)
+
+
+def test_initial_earliest_and_explicit(growing_table):
+    table = growing_table(3)
+    assert sensor_on(table.uri, initial="earliest").poke({}).xcom_value["start_version"] == 0
+    assert sensor_on(table.uri, initial=2).poke({}).xcom_value["start_version"] == 2
+    assert sensor_on(table.uri, initial=5).poke({}) is False
+
+
+def test_watermark_above_latest_fails(growing_table):
+    table = growing_table(2)
+    with pytest.raises(WatermarkError, match="recreated or replaced"):
+        sensor_on(table.uri, watermark=7).poke({})
+
+
+def test_watermark_above_latest_with_reset(growing_table):
+    table = growing_table(2)
+    found = sensor_on(table.uri, watermark=7, initial="earliest", reset_if_ahead=True).poke({})
+    assert found.xcom_value["start_version"] == 0
+
+
+def test_malformed_watermark_fails(growing_table):
+    table = growing_table(1)
+    with pytest.raises(WatermarkError, match="not a table version"):
+        sensor_on(table.uri, watermark="seven").poke({})
+
+
+def test_missing_table_fails_clearly(tmp_path):
+    uri = str(tmp_path / "missing")
+    with pytest.raises(TableNotFoundError, match="is not a Delta table"):
+        sensor_on(uri, watermark=0).poke({})
+
+
+def test_constructor_validation():
+    with pytest.raises(ValueError, match="watermark_store='redis' is unknown"):
+        DeltaVersionSensor(task_id="s", table_uri="/t", watermark_store="redis")
+    with pytest.raises(ValueError, match="needs watermark_task_id"):
+        DeltaVersionSensor(task_id="s", table_uri="/t", watermark_store="xcom")
+    with pytest.raises(ValueError, match="min_new_versions"):
+        DeltaVersionSensor(task_id="s", table_uri="/t", watermark_store="variable", min_new_versions=0)
+    with pytest.raises(WatermarkError, match="initial="):
+        DeltaVersionSensor(task_id="s", table_uri="/t", watermark_store="variable", initial="head")
+
+
+def test_deferrable_defers_from_the_first_unprocessed_version(growing_table):
+    table = growing_table(3)
+    sensor = sensor_on(table.uri, watermark=2, deferrable=True, timeout=60, poke_interval=7)
+    with pytest.raises(TaskDeferred) as deferred:
+        sensor.execute({})
+    trigger = deferred.value.trigger
+    _, kwargs = trigger.serialize()
+    assert kwargs["start_version"] == 3 and kwargs["fire_once"] and kwargs["poll_interval"] == 7
+    assert deferred.value.method_name == "execute_complete"
+    assert deferred.value.timeout.total_seconds() == 60
+
+
+def test_deferrable_returns_at_once_when_versions_exist(growing_table):
+    table = growing_table(3)
+    found = sensor_on(table.uri, watermark=0, deferrable=True).execute({})
+    assert (found["start_version"], found["end_version"]) == (1, 2)
+
+
+def test_execute_complete_events():
+    sensor = sensor_on("/t")
+    success = {"status": "success", "table_uri": "/t", "start_version": 3, "end_version": 5,
+               "latest_commit_timestamp": 1700000000000}
+    assert sensor.execute_complete({}, success) == {k: v for k, v in success.items() if k != "status"}
+    with pytest.raises(AirflowSensorTimeout, match="before the sensor's timeout"):
+        sensor.execute_complete({}, {"status": "timeout", "message": "/t: no 1 new version(s) from "
+                                     "version 3 before the sensor's timeout."})
+    with pytest.raises(DeltaProviderError, match="is not a Delta table"):
+        sensor.execute_complete({}, {"status": "error", "message": "/t is not a Delta table"})
