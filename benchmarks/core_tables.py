@@ -1,0 +1,75 @@
+"""Log-only Delta tables of many commits for the core benchmarks.
+
+Each table starts as a one-row table written by deltalake (protocol, metadata, a real
+checkpoint to copy the layout from). Every later commit overwrites the table: it removes
+the previous file and adds a new one, as ``mode="overwrite"`` does, and every 10th version
+gets a checkpoint as Delta writes them (``delta.checkpointInterval=10``). Overwrites keep
+the live set at one file, so generating 100,000 commits with 10,000 checkpoints is linear;
+tombstones are not kept because ``delta.deletedFileRetentionDuration`` is zero. The
+AddFiles point at files that are not written: both benchmarks only read the log.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from deltalake import DeltaTable, write_deltalake
+
+CHECKPOINT_INTERVAL = 10
+_CONFIG = {
+    "delta.checkpointInterval": str(CHECKPOINT_INTERVAL),
+    "delta.deletedFileRetentionDuration": "interval 0 seconds",
+}
+
+
+def build_table(path: Path, commits: int) -> Path:
+    """Create (or reuse, when complete) a table at ``path`` with versions 0..commits-1."""
+    marker = path / "_delta_log" / f"{commits - 1:020d}.json"
+    if marker.exists() and not (path / "_delta_log" / f"{commits:020d}.json").exists():
+        return path
+    shutil.rmtree(path, ignore_errors=True)
+    write_deltalake(str(path), pa.table({"id": pa.array([0], pa.int64())}), configuration=_CONFIG)
+    DeltaTable(str(path)).create_checkpoint()
+    template = pq.read_table(path / "_delta_log" / f"{0:020d}.checkpoint.parquet")
+    previous = _first_add_path(template)
+    for version in range(1, commits):
+        current = f"part-{version:07d}.parquet"
+        _write_commit(path, version, previous, current)
+        if version % CHECKPOINT_INTERVAL == 0:
+            _write_checkpoint(path, version, template, current)
+        previous = current
+    return path
+
+
+def _first_add_path(checkpoint: pa.Table) -> str:
+    return next(a["path"] for a in checkpoint.column("add").to_pylist() if a)
+
+
+def _write_commit(path: Path, version: int, removed: str, added: str) -> None:
+    millis = 1_700_000_000_000 + version
+    actions = [
+        {"commitInfo": {"timestamp": millis, "operation": "WRITE",
+                        "operationParameters": {"mode": "Overwrite"}}},
+        {"remove": {"path": removed, "deletionTimestamp": millis, "dataChange": True,
+                    "extendedFileMetadata": True, "partitionValues": {}, "size": 500}},
+        {"add": {"path": added, "partitionValues": {}, "size": 500, "modificationTime": millis,
+                 "dataChange": True, "stats": "{\"numRecords\":1}"}},
+    ]
+    text = "\n".join(json.dumps(a) for a in actions) + "\n"
+    (path / "_delta_log" / f"{version:020d}.json").write_text(text)
+
+
+def _write_checkpoint(path: Path, version: int, template: pa.Table, added: str) -> None:
+    """The template checkpoint with its one AddFile pointing at ``added``."""
+    adds = template.column("add").to_pylist()
+    adds = [dict(a, path=added) if a else None for a in adds]
+    index = template.schema.get_field_index("add")
+    column = pa.array(adds, type=template.schema.field("add").type)
+    table = template.set_column(index, template.schema.field("add"), column)
+    log_dir = path / "_delta_log"
+    pq.write_table(table, log_dir / f"{version:020d}.checkpoint.parquet")
+    (log_dir / "_last_checkpoint").write_text(json.dumps({"version": version, "size": len(table)}))
