@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
@@ -200,3 +201,46 @@ def test_empty_commits_still_belong_to_batches(shared_table):
     covered = [v for b in batches for v in range(b.start_version, b.end_version + 1)]
     assert covered == list(range(12))
     assert all(len({f.version for f in b}) <= 1 for b in batches)
+
+
+def _live_rows(plan) -> int:
+    """Rows a plan's files hold, from their Parquet footers, minus deletion-vector rows."""
+    return sum(
+        pq.ParquetFile(f.path[len("file://"):]).metadata.num_rows
+        - (f.deletion_vector.cardinality if f.deletion_vector else 0)
+        for f in plan
+    )
+
+
+def _rows_by_version(name: str) -> dict[int, int]:
+    pairs = (pair.split(":") for pair in MANIFEST[name]["rows_by_version"].split())
+    return {int(v): int(rows) for v, rows in pairs if rows != "?"}
+
+
+COUNTED = sorted(name for name in READABLE if MANIFEST[name]["data_files"] == "present"
+                 and _rows_by_version(name))
+
+
+@pytest.mark.parametrize("name", COUNTED)
+def test_snapshot_row_counts_match_the_manifest(shared_table, name):
+    path = shared_table(name)
+    for version, rows in _rows_by_version(name).items():
+        assert _live_rows(plan_snapshot(path, version=version)) == rows, version
+
+
+APPEND_ONLY = sorted(name for name in COUNTED
+                     if "append-only-multiversion" in MANIFEST[name]["classes"])
+
+
+@pytest.mark.parametrize("name", APPEND_ONLY)
+def test_append_range_rows_are_snapshot_differences(shared_table, name):
+    """rows(start..end) == rows(snapshot end) - rows(snapshot start-1), for append-only tables."""
+    path = shared_table(name)
+    counts = _rows_by_version(name)
+    for start in counts:
+        for end in (v for v in counts if v >= start):
+            if _schema_break(name, start, end) or any(
+                    has_data_change_remove(path, v) for v in range(start, end + 1)):
+                continue
+            before = counts.get(start - 1, 0)
+            assert _live_rows(plan_changes(path, start, end)) == counts[end] - before, (start, end)
