@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 
 from airflow_provider_delta.core.actions import FileFactory, table_metadata
 from airflow_provider_delta.core.model import Plan, PlannedFile, TableMetadata
 from airflow_provider_delta.core.protocol import check_additive, check_protocol
-from airflow_provider_delta.core.replay import raise_unreadable, read_commit, replay
+from airflow_provider_delta.core.replay import LogState, raise_unreadable, read_commits, replay
 from airflow_provider_delta.core.storage import TableLocation
 from airflow_provider_delta.core.versions import newest_version
 from airflow_provider_delta.errors import DataChangeError
@@ -51,8 +51,7 @@ def plan_changes(table_uri: str, start_version: int, end_version: int | None = N
     protocol = state.protocol
     files: list[PlannedFile] = []
     changes = {start_version: metadata}
-    for version in range(start_version, end_version + 1):
-        actions = state.commits.get(version) or read_commit(location, version)
+    for version, actions in _range_commits(location, state, start_version, end_version):
         if actions is None:
             raise_unreadable(location, end_version, version, from_checkpoint=True)
         if version > start_version:
@@ -70,6 +69,15 @@ def plan_changes(table_uri: str, start_version: int, end_version: int | None = N
              len(files))
     return Plan(table_uri=table_uri, start_version=start_version, end_version=end_version,
                 files=tuple(files), metadata=metadata, metadata_changes=changes)
+
+
+def _range_commits(location: TableLocation, state: LogState, start: int, end: int
+                   ) -> Iterator[tuple[int, list[dict[str, Any]] | None]]:
+    """The range's commits in order; the replay to ``start`` may have read the first already."""
+    if start in state.commits:
+        yield start, state.commits[start]
+        start += 1
+    yield from read_commits(location, range(start, end + 1))
 
 
 def split_batches(plan: Plan, *, max_files: int | None = None,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import logging
 import os
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
@@ -30,6 +31,8 @@ log = logging.getLogger(__name__)
 
 # How far below a version the local probe looks for a classic checkpoint before listing.
 _LOCAL_CHECKPOINT_PROBE = 1000
+_REMOTE_READERS = 16
+_REMOTE_READ_AHEAD = 256
 
 
 @dataclass
@@ -61,6 +64,23 @@ def read_commit(location: TableLocation, version: int) -> list[dict[str, Any]] |
     return None if raw is None else list(parse_commit(raw))
 
 
+def read_commits(location: TableLocation, versions: range
+                 ) -> Iterator[tuple[int, list[dict[str, Any]] | None]]:
+    """``(version, actions or None)`` in version order.
+
+    Object stores answer each GET in tens of milliseconds, so remote commits are fetched
+    ``_REMOTE_READ_AHEAD`` at a time on threads; local files are read one after another.
+    """
+    if location.is_local:
+        for version in versions:
+            yield version, read_commit(location, version)
+        return
+    with ThreadPoolExecutor(max_workers=_REMOTE_READERS) as pool:
+        for low in range(versions.start, versions.stop, _REMOTE_READ_AHEAD):
+            window = range(low, min(low + _REMOTE_READ_AHEAD, versions.stop))
+            yield from zip(window, pool.map(lambda v: read_commit(location, v), window))
+
+
 def replay(location: TableLocation, version: int, *, with_files: bool = False) -> LogState:
     """The state at ``version``: checkpoint at or below it plus the commits after it.
 
@@ -75,8 +95,7 @@ def replay(location: TableLocation, version: int, *, with_files: bool = False) -
         log.debug("%s: replaying from checkpoint %s", location.table_uri, checkpoint[0].name)
         state.apply(read_checkpoint(location, checkpoint, with_files=with_files))
         first_commit = checkpoint[0].version + 1
-    for commit_version in range(first_commit, version + 1):
-        actions = read_commit(location, commit_version)
+    for commit_version, actions in read_commits(location, range(first_commit, version + 1)):
         if actions is None:
             raise_unreadable(location, version, commit_version, from_checkpoint=bool(checkpoint))
         state.commits[commit_version] = actions
