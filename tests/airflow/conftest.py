@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -33,10 +36,11 @@ class GrowingTable:
 
 @pytest.fixture
 def growing_table(tmp_path: Path) -> Callable[..., GrowingTable]:
-    """``growing_table(commits)``: a local table with versions 0..commits-1."""
+    """``growing_table(commits)``: a table with versions 0..commits-1 (local unless ``uri``)."""
 
-    def make(commits: int = 1, name: str = "table") -> GrowingTable:
-        table = GrowingTable(str(tmp_path / name))
+    def make(commits: int = 1, name: str = "table", *, uri: str | None = None,
+             storage_options: dict[str, str] | None = None) -> GrowingTable:
+        table = GrowingTable(uri or str(tmp_path / name), storage_options)
         table.append(commits)
         return table
 
@@ -96,3 +100,52 @@ def xcom_value():
             return None if row is None else XComModel.deserialize_value(row)
 
     return value
+
+
+@pytest.fixture
+def ranges_of(xcom_value):
+    """``ranges_of(dag_run)``: the (start, end) the sensor found, which ``load`` received."""
+
+    def found_range(dag_run) -> tuple[int, int]:
+        found = xcom_value(dag_run, "sense")
+        assert found is not None, "the sensor returned no range"
+        assert found == xcom_value(dag_run, "load")
+        return found["start_version"], found["end_version"]
+
+    return found_range
+
+
+class _EventOnMessage(logging.Handler):
+    """Sets an event when a log message containing ``text`` is emitted."""
+
+    def __init__(self, text: str, event: threading.Event):
+        super().__init__()
+        self.text, self.event = text, event
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.text in record.getMessage():
+            self.event.set()
+
+
+@pytest.fixture
+def commit_once_deferred():
+    """``with commit_once_deferred(table): dag_run = run_dag(dag)`` appends one commit only
+    after dag.test() has started running a deferred task's trigger, so the sensor cannot have
+    seen it before deferring."""
+
+    @contextmanager
+    def arrange(table: GrowingTable) -> Iterator[None]:
+        trigger_running = threading.Event()
+        dag_test_log = logging.getLogger("airflow.sdk.definitions.dag")
+        handler = _EventOnMessage("running trigger in line", trigger_running)
+        dag_test_log.addHandler(handler)
+        commit = threading.Thread(target=lambda: trigger_running.wait(60) and table.append())
+        commit.start()
+        try:
+            yield
+        finally:
+            dag_test_log.removeHandler(handler)
+            commit.join()
+        assert trigger_running.is_set(), "the sensor never deferred"
+
+    return arrange

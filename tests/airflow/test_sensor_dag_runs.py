@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import logging
-import threading
 from datetime import datetime
 
 import pytest
@@ -38,41 +36,28 @@ def incremental_dag(dag_id: str, table_uri: str, store: str, **sensor_kwargs) ->
     return dag
 
 
-@pytest.fixture
-def ranges(xcom_value):
-    """``ranges(dag_run)``: the (start, end) the sensor found, which ``load`` received."""
-
-    def found_range(dag_run) -> tuple[int, int]:
-        found = xcom_value(dag_run, "sense")
-        assert found is not None, "the sensor returned no range"
-        assert found == xcom_value(dag_run, "load")
-        return found["start_version"], found["end_version"]
-
-    return found_range
-
-
-def test_xcom_watermark_carries_across_runs(run_dag, growing_table, ranges, xcom_value):
+def test_xcom_watermark_carries_across_runs(run_dag, growing_table, ranges_of, xcom_value):
     table = growing_table(3)
     dag = incremental_dag("delta_xcom_watermark", table.uri, "xcom")
-    assert ranges(run_dag(dag)) == (0, 2)
+    assert ranges_of(run_dag(dag)) == (0, 2)
     table.append(2)
-    assert ranges(run_dag(dag)) == (3, 4)
+    assert ranges_of(run_dag(dag)) == (3, 4)
     table.append(1)
     second = run_dag(dag)
-    assert ranges(second) == (5, 5)
+    assert ranges_of(second) == (5, 5)
     assert xcom_value(second, "load", WATERMARK_KEY) == 5
 
 
-def test_variable_watermark_carries_across_runs_and_tables(run_dag, growing_table, ranges):
+def test_variable_watermark_carries_across_runs_and_tables(run_dag, growing_table, ranges_of):
     from airflow.models import Variable
 
     orders, users = growing_table(2, "orders"), growing_table(4, "users")
     orders_dag = incremental_dag("delta_variable_orders", orders.uri, "variable")
     users_dag = incremental_dag("delta_variable_users", users.uri, "variable")
-    assert ranges(run_dag(orders_dag)) == (0, 1)
-    assert ranges(run_dag(users_dag)) == (0, 3)
+    assert ranges_of(run_dag(orders_dag)) == (0, 1)
+    assert ranges_of(run_dag(users_dag)) == (0, 3)
     orders.append()
-    assert ranges(run_dag(orders_dag)) == (2, 2)
+    assert ranges_of(run_dag(orders_dag)) == (2, 2)
     assert Variable.get(WATERMARK_KEY, deserialize_json=True) == {orders.uri: 2, users.uri: 3}
 
 
@@ -100,36 +85,14 @@ def test_watermark_above_latest_fails_the_sensor(run_dag, growing_table, task_st
     assert "table's latest version is 1; the table was probably recreated" in "".join(capfd.readouterr())
 
 
-def test_deferrable_sensor_completes_through_the_trigger(run_dag, growing_table, ranges):
+def test_deferrable_sensor_completes_through_the_trigger(run_dag, growing_table, ranges_of, commit_once_deferred):
     table = growing_table(2)
     dag = incremental_dag("delta_deferrable", table.uri, "xcom", deferrable=True)
-    assert ranges(run_dag(dag)) == (0, 1)
-    # Nothing new when the next run starts: the sensor defers, and the commit lands only
-    # once dag.test() runs the trigger.
-    trigger_running = threading.Event()
-    watcher = _OnLogMessage("running trigger in line", trigger_running)
-    logging.getLogger("airflow.sdk.definitions.dag").addHandler(watcher)
-    commit = threading.Thread(target=lambda: trigger_running.wait(60) and table.append())
-    commit.start()
-    try:
+    assert ranges_of(run_dag(dag)) == (0, 1)
+    # Nothing new when the next run starts: the sensor defers, the commit lands meanwhile.
+    with commit_once_deferred(table):
         dag_run = run_dag(dag)
-    finally:
-        logging.getLogger("airflow.sdk.definitions.dag").removeHandler(watcher)
-        commit.join()
-    assert trigger_running.is_set() and table.version() == 2
-    assert ranges(dag_run) == (2, 2)
-
-
-class _OnLogMessage(logging.Handler):
-    """Set an event when a log message containing ``text`` is emitted."""
-
-    def __init__(self, text: str, event: threading.Event):
-        super().__init__()
-        self.text, self.event = text, event
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if self.text in record.getMessage():
-            self.event.set()
+    assert ranges_of(dag_run) == (2, 2)
 
 
 @pytest.mark.parametrize("deferrable", [False, True], ids=["poke", "deferrable"])
