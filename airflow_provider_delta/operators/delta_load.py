@@ -327,6 +327,11 @@ class DeltaIncrementalOperator(_DeltaSparkJobOperator):
         if start is not None:
             if end is None:
                 end = self._latest()
+            if start > end:
+                raise ValueError(
+                    f"{self.task_id}: {self.table_uri}: start_version={start} is after "
+                    f"end_version={end}; give a range with start_version <= end_version"
+                )
             moves = bool(self.move_watermark)
             return LoadRequest("changes", start, end, moves)
         if end is not None:

@@ -19,7 +19,7 @@ def fail_inside_write(spark, df, context):
             raise RuntimeError("injected failure during the Spark write")
         return value
 
-    return df.withColumn("id", F.udf(explode, LongType())("id"))
+    return add_batch_end(spark, df, context).withColumn("id", F.udf(explode, LongType())("id"))
 
 
 def raise_error(spark, df, context):
