@@ -5,8 +5,12 @@
    the 100k/100 ratio of ``latest_version`` stays <= 1.5.
 2. ``plan_changes`` over the 1,000 newest commits of a 1,000-commit and of a
    100,000-commit table. Goal: ratio <= 1.2, each under 1 s.
+3. ``plan_snapshot`` of a table of 100,000 live files (one deltalake checkpoint), next to
+   ``DeltaTable(uri).get_add_actions()``, which lists the same files but without their
+   deletion-vector descriptors.
 
-Run: ``.venv/bin/python benchmarks/bench_core.py [--sizes 100,10000,100000] [--workdir DIR]``.
+Run: ``.venv/bin/python benchmarks/bench_core.py [--sizes 100,10000,100000]
+[--snapshot-files 100000] [--workdir DIR]``.
 Tables are generated once into ``--workdir`` and reused (see core_tables.py); the
 100,000-commit table takes about a minute to write.
 """
@@ -23,10 +27,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from core_tables import build_table  # noqa: E402
+from core_tables import build_table, build_wide_table  # noqa: E402
 from deltalake import DeltaTable  # noqa: E402
 
-from airflow_provider_delta.core import latest_version, plan_changes  # noqa: E402
+from airflow_provider_delta.core import latest_version, plan_changes, plan_snapshot  # noqa: E402
 
 PLAN_WINDOW = 1000
 
@@ -76,11 +80,20 @@ def _plan(path: Path, commits: int) -> Callable[[], object]:
     return lambda: plan_changes(str(path), commits - PLAN_WINDOW, ignore_changes=True)
 
 
+def bench_snapshot(path: Path, files: int, repeat: int) -> dict[str, float]:
+    assert len(plan_snapshot(str(path))) == files + 1
+    return median_seconds({
+        "ours": lambda: plan_snapshot(str(path)),
+        "deltalake": lambda: DeltaTable(str(path)).get_add_actions(flatten=True),
+    }, repeat)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="100,10000,100000",
                         help="commit counts of the latest_version tables")
     parser.add_argument("--workdir", default=str(Path(tempfile.gettempdir()) / "core-bench-tables"))
+    parser.add_argument("--snapshot-files", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=50)
     args = parser.parse_args()
     sizes = sorted(int(s) for s in args.sizes.split(","))
@@ -106,6 +119,12 @@ def main() -> None:
         print(f"  {commits:>7}-commit table              {seconds * 1e3:9.1f}")
     low, high = plan_sizes[0], plan_sizes[-1]
     print(f"  ratio {high}/{low}: {planned[high] / planned[low]:.2f} (goal <= 1.2, each < 1000 ms)")
+
+    wide = build_wide_table(workdir / f"files-{args.snapshot_files}", args.snapshot_files)
+    snapshot = bench_snapshot(wide, args.snapshot_files, 3)
+    print(f"\nplan_snapshot of {args.snapshot_files} files   ours {snapshot['ours'] * 1e3:.0f} ms, "
+          f"deltalake get_add_actions {snapshot['deltalake'] * 1e3:.0f} ms "
+          f"(ratio {snapshot['ours'] / snapshot['deltalake']:.1f})")
 
 
 if __name__ == "__main__":

@@ -73,3 +73,27 @@ def _write_checkpoint(path: Path, version: int, template: pa.Table, added: str) 
     log_dir = path / "_delta_log"
     pq.write_table(table, log_dir / f"{version:020d}.checkpoint.parquet")
     (log_dir / "_last_checkpoint").write_text(json.dumps({"version": version, "size": len(table)}))
+
+
+def build_wide_table(path: Path, files: int) -> Path:
+    """A two-version table whose snapshot holds ``files`` files, in a deltalake checkpoint.
+
+    Version 0 is a one-row table written by deltalake; version 1 appends ``files`` AddFiles
+    (log only) in one commit; deltalake then writes the checkpoint at version 1.
+    """
+    checkpoint = path / "_delta_log" / f"{1:020d}.checkpoint.parquet"
+    if checkpoint.exists() and len(DeltaTable(str(path)).file_uris()) == files + 1:
+        return path
+    shutil.rmtree(path, ignore_errors=True)
+    write_deltalake(str(path), pa.table({"id": pa.array([0], pa.int64())}))
+    lines = [json.dumps({"commitInfo": {"timestamp": 1_700_000_000_000, "operation": "WRITE",
+                                        "operationParameters": {"mode": "Append"}}})]
+    lines += [json.dumps({"add": {
+        "path": f"part-{i:07d}.parquet", "partitionValues": {}, "size": 500,
+        "modificationTime": 1_700_000_000_000, "dataChange": True,
+        "stats": json.dumps({"numRecords": 1, "minValues": {"id": i}, "maxValues": {"id": i},
+                             "nullCount": {"id": 0}}),
+    }}) for i in range(files)]
+    (path / "_delta_log" / f"{1:020d}.json").write_text("\n".join(lines) + "\n")
+    DeltaTable(str(path)).create_checkpoint()
+    return path

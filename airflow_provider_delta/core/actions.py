@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from collections.abc import Iterator, Mapping
 from decimal import Decimal
 from typing import Any
@@ -12,6 +13,7 @@ from urllib.parse import unquote
 from airflow_provider_delta.core.model import DeletionVectorDescriptor, PlannedFile, TableMetadata
 from airflow_provider_delta.core.storage import TableLocation
 
+_NUM_RECORDS = re.compile(r'"numRecords"\s*:\s*(\d+)')
 _INTEGER_TYPES = {"byte", "short", "integer", "long"}
 _FLOAT_TYPES = {"float", "double"}
 
@@ -153,12 +155,8 @@ def _case_insensitive(fields: Mapping[str, Any], column: str) -> Mapping[str, An
 
 
 def _num_records(stats: Any) -> int | None:
+    """``numRecords`` from a file's statistics JSON, without parsing the column statistics."""
     if not stats:
         return None
-    if isinstance(stats, str):
-        try:
-            stats = json.loads(stats)
-        except ValueError:
-            return None
-    value = stats.get("numRecords") if isinstance(stats, Mapping) else None
-    return int(value) if value is not None else None
+    match = _NUM_RECORDS.search(stats)
+    return int(match.group(1)) if match else None

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from airflow_provider_delta.core.actions import file_key, parse_commit
@@ -250,23 +251,33 @@ def _sidecar_actions(location: TableLocation, sidecar: Mapping[str, Any], versio
 
 
 def _parquet_actions(raw: bytes, columns: list[str]) -> Iterator[dict[str, Any]]:
+    """The non-null actions of the given columns of a checkpoint Parquet file.
+
+    Struct columns are turned into Python column by column (one list per field, then zipped
+    into dicts): for checkpoints of many files this is several times faster than converting
+    row by row.
+    """
     parquet = pq.ParquetFile(io.BytesIO(raw))
     present = [c for c in columns if c in parquet.schema_arrow.names]
     table = parquet.read(columns=present)
     for name in present:
-        column = table.column(name)
-        if column.null_count == len(column):
+        column = table.column(name).combine_chunks()
+        actions = column.filter(column.is_valid())
+        if not len(actions):
             continue
-        for value in column.to_pylist():
-            if value is not None:
-                yield {name: _maps_to_dicts(value)}
+        names = [field.name for field in actions.type]
+        values = [_python_values(actions.field(i)) for i in range(len(names))]
+        for row in zip(*values):
+            yield {name: dict(zip(names, row))}
 
 
-def _maps_to_dicts(value: Any) -> Any:
-    """pyarrow returns Parquet maps as lists of (key, value) pairs; the log has JSON objects."""
-    if isinstance(value, dict):
-        return {k: _maps_to_dicts(v) for k, v in value.items()}
-    if isinstance(value, list) and value and all(isinstance(i, tuple) and len(i) == 2 for i in value):
-        return dict(value)
-    return value
-
+def _python_values(array: pa.Array) -> list[Any]:
+    """A field of a checkpoint action as Python values, Parquet maps as dicts (as in JSON)."""
+    values = array.to_pylist()
+    if pa.types.is_map(array.type):
+        return [dict(v) if v is not None else None for v in values]
+    if pa.types.is_struct(array.type) and any(pa.types.is_map(f.type) for f in array.type):
+        maps = {f.name for f in array.type if pa.types.is_map(f.type)}
+        return [None if v is None else {k: dict(x) if k in maps and x is not None else x
+                                        for k, x in v.items()} for v in values]
+    return values

@@ -234,11 +234,12 @@ class TableLocation:
     def resolve(self, path: str) -> str:
         """An AddFile/DV path (URI-encoded, relative or absolute) as an absolute decoded URI."""
         decoded = unquote(path)
-        parsed = urlparse(path)
-        if parsed.scheme == "file":
-            return "file://" + unquote(parsed.path)
-        if parsed.scheme:
-            return decoded
+        if ":" in path:  # may carry a scheme; urlparse is costly, so only then
+            parsed = urlparse(path)
+            if parsed.scheme == "file":
+                return "file://" + unquote(parsed.path)
+            if parsed.scheme:
+                return decoded
         if decoded.startswith("/"):
             return "file://" + decoded
         return f"{self.root_uri}/{decoded}"
