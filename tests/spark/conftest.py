@@ -1,0 +1,98 @@
+"""Helpers for the Spark reader tests: rows as comparable multisets, and the oracles."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import Counter
+from decimal import Decimal
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+from deltalake import DeltaTable, QueryBuilder
+
+from airflow_provider_delta.core.model import Plan
+
+
+def _hashable(value: Any) -> Any:
+    """Nested lists/dicts as tuples; aware datetimes as naive UTC; NaN comparable."""
+    if isinstance(value, dict):
+        return tuple((k, _hashable(v)) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return tuple(_hashable(v) for v in value)
+    if isinstance(value, dt.datetime) and value.tzinfo is not None:
+        return value.astimezone(dt.timezone.utc).replace(tzinfo=None)
+    if isinstance(value, float) and value != value:
+        return "NaN"
+    if isinstance(value, Decimal):
+        return value.normalize()
+    return value
+
+
+def table_rows(table: Any) -> Counter:
+    """Rows of any Arrow table (pyarrow or arro3) as a multiset of tuples, by column order."""
+    table = pa.table(table)
+    return Counter(tuple(_hashable(v) for v in row.values()) for row in table.to_pylist())
+
+
+def spark_rows(df) -> Counter:
+    """A DataFrame's rows as a multiset (through Arrow: maps with array keys survive)."""
+    return table_rows(df.toArrow())
+
+
+def oracle_table(path: str, version: int | None = None) -> pa.Table:
+    """deltalake's DataFusion read of the table at ``version``: the reference answer."""
+    table = DeltaTable(path, version=version) if version is not None else DeltaTable(path)
+    return pa.table(QueryBuilder().register("t", table).execute("select * from t").read_all())
+
+
+def oracle_rows(path: str, version: int | None = None) -> Counter:
+    return table_rows(oracle_table(path, version))
+
+
+def plan_rows(plan: Plan) -> Counter:
+    """Second oracle: each planned file read with pyarrow, its partition values from the plan,
+    its deletion vector from deltalake (``deletion_vectors()`` of the snapshot at the file's
+    version). For tables without column mapping.
+    """
+    columns = [f["name"] for f in plan.metadata.schema["fields"]]
+    rows: Counter = Counter()
+    keep_masks: dict[int, dict[str, list[bool]]] = {}
+    for file in plan.files:
+        table = pq.read_table(file.path.removeprefix("file://"))
+        if file.deletion_vector is not None:
+            masks = keep_masks.setdefault(file.version, _selection_vectors(plan, file.version))
+            mask = masks[file.path] + [True] * (table.num_rows - len(masks[file.path]))
+            table = table.filter(pa.array(mask))
+        for name in plan.metadata.partition_columns:
+            value = file.partition_values[name]
+            table = table.append_column(name, pa.array([value] * table.num_rows))
+        for row in table.to_pylist():
+            rows[tuple(_hashable(row.get(c)) for c in columns)] += 1
+    return rows
+
+
+def _selection_vectors(plan: Plan, version: int) -> dict[str, list[bool]]:
+    reader = DeltaTable(plan.table_uri, version=version).deletion_vectors()
+    table = pa.table(reader)
+    return {
+        "file://" + path.removeprefix("file://"): mask
+        for path, mask in zip(
+            pc.cast(table["filepath"], pa.string()).to_pylist(),
+            table["selection_vector"].to_pylist(),
+        )
+    }
+
+
+@pytest.fixture
+def assert_same_rows():
+    """Compare two multisets, showing a few differing rows on failure."""
+
+    def check(got: Counter, expected: Counter) -> None:
+        missing = list((expected - got).items())[:5]
+        extra = list((got - expected).items())[:5]
+        assert got == expected, f"missing rows {missing}, unexpected rows {extra}"
+
+    return check

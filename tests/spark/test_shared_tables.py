@@ -1,0 +1,170 @@
+"""Conformance on the shared reference tables: snapshots, append ranges, change ranges, errors."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+
+import pytest
+
+from airflow_provider_delta.core import plan_changes
+from airflow_provider_delta.errors import (
+    DataChangeError,
+    DeltaProviderError,
+    LogGapError,
+    UnsupportedFeatureError,
+)
+from airflow_provider_delta.spark import read_changes, read_plan, read_snapshot
+
+from tests.conftest import shared_manifest
+from tests.spark.conftest import oracle_rows, plan_rows, spark_rows
+
+MANIFEST = shared_manifest()
+# Tables whose every version is refused by design (reader features the provider does not read).
+REFUSED = {
+    "delta-golden/type-widening": UnsupportedFeatureError,
+    "delta-kernel/catalog-owned-preview": UnsupportedFeatureError,
+    "delta-rs-errors/table_d": UnsupportedFeatureError,
+}
+
+
+def _versions(name: str) -> range:
+    low, high = MANIFEST[name]["versions"].split("..")
+    return range(int(low), int(high) + 1)
+
+
+def _readable_tables() -> list[str]:
+    return [
+        name for name, row in MANIFEST.items()
+        if row["data_files"] == "present" and name not in REFUSED
+    ]
+
+
+def _with_class(word: str) -> list[str]:
+    return [name for name in _readable_tables() if word in MANIFEST[name]["classes"]]
+
+
+@pytest.mark.parametrize("name", _readable_tables())
+def test_snapshot_at_every_version_equals_oracle(spark, shared_table, assert_same_rows, name):
+    path = shared_table(name)
+    for version in _versions(name):
+        if name == "delta-golden/type-widening" and version > 0:
+            continue
+        got = spark_rows(read_snapshot(spark, path, version=version))
+        assert_same_rows(got, oracle_rows(path, version))
+
+
+@pytest.mark.parametrize("name", _readable_tables())
+def test_snapshot_has_the_table_columns_in_order(spark, shared_table, name):
+    path = shared_table(name)
+    df = read_snapshot(spark, path)
+    from deltalake import DeltaTable
+
+    expected = [f.name for f in DeltaTable(path).schema().fields]
+    assert df.columns == expected
+
+
+@pytest.mark.parametrize("name", _with_class("append-only-multiversion"))
+def test_append_range_equals_snapshot_difference(spark, shared_table, assert_same_rows, name):
+    path = shared_table(name)
+    versions = _versions(name)
+    last = versions[-1]
+    middle = versions[len(versions) // 2]
+    ranges = {(versions[0], last), (middle, last), (last, last), (versions[0], middle), (1, 1)}
+    for start, end in sorted(ranges):
+        got = spark_rows(read_changes(spark, path, start, end))
+        expected = oracle_rows(path, end)
+        if start > versions[0]:
+            expected = expected - _padded(oracle_rows(path, start - 1), _width(expected))
+        assert_same_rows(got, expected)
+
+
+def _width(rows: Counter) -> int:
+    return len(next(iter(rows))) if rows else 0
+
+
+def _padded(rows: Counter, width: int) -> Counter:
+    """Rows read before an additive schema change, with NULL for the columns added since."""
+    return Counter({row + (None,) * (width - len(row)): n for row, n in rows.items()})
+
+
+@pytest.mark.parametrize("name", _with_class("deletes/updates"))
+@pytest.mark.parametrize(
+    "option", ["ignore_deletes", "ignore_changes", "skip_change_commits"]
+)
+def test_change_range_equals_admitted_files(spark, shared_table, assert_same_rows, name, option):
+    path = shared_table(name)
+    versions = _versions(name)
+    try:
+        plan = plan_changes(path, versions[0], versions[-1], **{option: True})
+    except DeltaProviderError as refused:  # the option does not admit a commit, or a schema change
+        with pytest.raises(type(refused)):
+            read_changes(spark, path, versions[0], versions[-1], **{option: True})
+        return
+    if plan.metadata.column_mapping_mode != "none":
+        pytest.skip("the pyarrow oracle reads files without column mapping")
+    assert_same_rows(spark_rows(read_plan(spark, plan)), plan_rows(plan))
+    got = spark_rows(read_changes(spark, path, versions[0], versions[-1], **{option: True}))
+    assert_same_rows(got, plan_rows(plan))
+
+
+def test_changes_without_options_refuse_a_delete(spark, shared_table):
+    path = shared_table("delta-golden/basic-with-inserts-deletes-checkpoint")
+    with pytest.raises(DataChangeError) as error:
+        read_changes(spark, path, 4, 6)
+    assert error.value.version == 5
+
+
+def test_same_path_read_with_each_of_its_deletion_vectors(spark, shared_table, assert_same_rows):
+    """A DV delete re-adds the file it changes: under ignore_changes each AddFile of the path
+    is read with its own vector (part=0 is added at v0, then re-added at v1 and v6)."""
+    path = shared_table("delta-golden/dv-partitioned-with-checkpoint")
+    plan = plan_changes(path, 0, 6, ignore_changes=True)
+    paths = [f.path for f in plan.files]
+    assert max(paths.count(p) for p in paths) >= 2
+    df = read_plan(spark, plan)
+    assert_same_rows(spark_rows(df), plan_rows(plan))
+    live = sum(f.num_records - (f.deletion_vector.cardinality if f.deletion_vector else 0)
+               for f in plan.files)
+    assert df.count() == live > 50
+
+
+@pytest.mark.parametrize("name, error", sorted(REFUSED.items()))
+def test_refused_features_raise(spark, shared_table, name, error):
+    path = shared_table(name)
+    with pytest.raises(error) as raised:
+        read_snapshot(spark, path)
+    assert path in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    "name, error",
+    [
+        ("delta-golden/versions-not-contiguous", LogGapError),
+        ("delta-golden/deltalog-invalid-protocol-version", UnsupportedFeatureError),
+        ("delta-golden/deltalog-state-reconstruction-without-metadata", DeltaProviderError),
+    ],
+)
+def test_error_tables_raise(spark, shared_table, name, error):
+    path = shared_table(name)
+    end = _versions(name)[-1]
+    with pytest.raises(error):
+        read_changes(spark, path, 0, end)
+
+
+def test_timestamp_time_travel(spark, shared_table, assert_same_rows):
+    path = shared_table("delta-golden/time-travel-start-start20-start40")
+    start_ms = 1540415658000
+    for version in range(3):
+        commit = os.path.join(path, "_delta_log", f"{version:020d}.json")
+        seconds = (start_ms + version * 20 * 60 * 1000) / 1000
+        os.utime(commit, (seconds, seconds))
+    cases = {
+        "2018-10-24T21:14:18Z": 0,  # exactly the first commit
+        "2018-10-24T21:30:00Z": 0,
+        "2018-10-24T21:34:18Z": 1,
+        "2018-10-24T21:54:18Z": 2,  # exactly the last commit
+    }
+    for timestamp, version in cases.items():
+        got = spark_rows(read_snapshot(spark, path, timestamp=timestamp))
+        assert_same_rows(got, oracle_rows(path, version))
