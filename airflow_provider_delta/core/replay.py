@@ -116,19 +116,19 @@ def raise_unreadable(location: TableLocation, version: int, first_missing: int, 
     commits = {e.version for e in entries if e.is_commit}
     newest = max(e.version for e in entries)
     if version > newest:
-        raise VersionNotAvailableError(location.table_uri, version, earliest_recreatable(
-            location, entries), newest)
+        raise VersionNotAvailableError(location.table_uri, version,
+                                       earliest_recreatable(entries), newest)
     if from_checkpoint or (commits and first_missing > min(commits)):
         later = [v for v in commits if v > first_missing]
         gap_end = min(later) if later else version + 1
         raise LogGapError(location.table_uri, range(first_missing, min(gap_end, version + 1)))
     raise VersionNotAvailableError(
-        location.table_uri, version, earliest_recreatable(location, entries), newest,
+        location.table_uri, version, earliest_recreatable(entries), newest,
         hint="The log was cleaned below that version; choose a later one.",
     )
 
 
-def earliest_recreatable(location: TableLocation, entries: list[LogEntry]) -> int | None:
+def earliest_recreatable(entries: list[LogEntry]) -> int | None:
     """The first version whose state the log can rebuild: 0, or the oldest complete checkpoint."""
     commits = {e.version for e in entries if e.is_commit}
     if 0 in commits:
@@ -177,7 +177,7 @@ def _checkpoint_from_hint(location: TableLocation, hint: Mapping[str, Any]
     else:
         names = [f"{version:020d}.checkpoint.parquet"]
     files = [CheckpointFile.parse(name) for name in names]
-    if all(f is not None and _log_file_exists(location, f.name) for f in files):
+    if all(f is not None and location.log_file_exists(f.name) for f in files):
         return files
     return None  # stale or odd hint: fall back to looking
 
@@ -185,15 +185,9 @@ def _checkpoint_from_hint(location: TableLocation, hint: Mapping[str, Any]
 def _probe_classic_checkpoint(location: TableLocation, version: int) -> list[CheckpointFile] | None:
     for candidate in range(version, max(-1, version - _LOCAL_CHECKPOINT_PROBE), -1):
         name = f"{candidate:020d}.checkpoint.parquet"
-        if _log_file_exists(location, name):
+        if location.log_file_exists(name):
             return [CheckpointFile.parse(name)]
     return None
-
-
-def _log_file_exists(location: TableLocation, name: str) -> bool:
-    if location.is_local:
-        return os.path.isfile(os.path.join(location.local_root, "_delta_log", name))
-    return location.read_log_file(name) is not None
 
 
 def _newest_complete(entries: list[LogEntry]) -> list[CheckpointFile] | None:

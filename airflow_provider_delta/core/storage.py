@@ -17,7 +17,7 @@ from functools import cached_property
 from urllib.parse import unquote, urlparse
 
 import obstore
-from obstore.store import LocalStore, from_url
+from obstore.store import from_url
 
 from airflow_provider_delta.errors import TableNotFoundError, TransientStorageError
 
@@ -112,8 +112,7 @@ class TableLocation:
 
     @cached_property
     def store(self):
-        if self.local_root is not None:
-            return LocalStore(self.local_root)
+        """The obstore store rooted at the table (local tables are read with plain file I/O)."""
         config, client = split_storage_options(self.storage_options)
         return from_url(self.root_uri + "/", config=config or None, client_options=client or None)
 
@@ -138,9 +137,8 @@ class TableLocation:
         except _TRANSIENT_ERRORS as exc:
             raise TransientStorageError(self.table_uri, str(exc)) from exc
 
-    def commit_mtime_ms(self, version: int) -> int | None:
-        """Modification time of commit ``version`` in epoch ms, None if it does not exist."""
-        name = commit_name(version)
+    def log_file_mtime_ms(self, name: str) -> int | None:
+        """Modification time of ``_delta_log/<name>`` in epoch ms, None if it does not exist."""
         if self.local_root is not None:
             try:
                 return os.stat(os.path.join(self.local_root, LOG_DIR, name)).st_mtime_ns // 1_000_000
@@ -154,10 +152,17 @@ class TableLocation:
             raise TransientStorageError(self.table_uri, str(exc)) from exc
         return int(meta["last_modified"].timestamp() * 1000)
 
+    def commit_mtime_ms(self, version: int) -> int | None:
+        """Modification time of commit ``version`` in epoch ms, None if it does not exist."""
+        return self.log_file_mtime_ms(commit_name(version))
+
+    def log_file_exists(self, name: str) -> bool:
+        if self.local_root is not None:  # one stat: the probe that replaces listing locally
+            return os.path.isfile(os.path.join(self.local_root, LOG_DIR, name))
+        return self.log_file_mtime_ms(name) is not None
+
     def commit_exists(self, version: int) -> bool:
-        if self.local_root is not None:
-            return os.path.isfile(os.path.join(self.local_root, LOG_DIR, commit_name(version)))
-        return self.commit_mtime_ms(version) is not None
+        return self.log_file_exists(commit_name(version))
 
     def last_checkpoint_hint(self) -> dict | None:
         """``_last_checkpoint`` parsed, or None if it is missing or corrupt (Delta ignores it then)."""

@@ -95,11 +95,12 @@ def version_at(table_uri: str, timestamp: dt.datetime | str, *,
     """
     location = TableLocation(table_uri, storage_options)
     wanted_us = _epoch_micros(timestamp)
-    entries = _commit_entries(location)
+    listing = location.list_log(with_mtime=True)
+    entries = [e for e in listing if e.is_commit]
     if not entries:
         raise TableNotFoundError(table_uri)
     latest = entries[-1].version
-    earliest = earliest_recreatable(location, location.list_log()) or 0
+    earliest = earliest_recreatable(listing) or 0
     config = replay(location, latest).metadata.get("configuration") or {}
     times = _CommitTimes(location, entries, config)
     found = times.last_at_or_before(wanted_us, earliest)
