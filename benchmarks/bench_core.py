@@ -5,7 +5,9 @@
    the 100k/100 ratio of ``latest_version`` stays <= 1.5.
 2. ``plan_changes`` over the 1,000 newest commits of a 1,000-commit and of a
    100,000-commit table. Goal: ratio <= 1.2, each under 1 s.
-3. ``plan_snapshot`` of a table of 100,000 live files (one deltalake checkpoint), next to
+3. The same ``latest_version`` on S3 (a local moto server), where the hint becomes a
+   start-after listing (``--s3-sizes``, default 100 and 10,000 commits; uploading takes a while).
+4. ``plan_snapshot`` of a table of 100,000 live files (one deltalake checkpoint), next to
    ``DeltaTable(uri).get_add_actions()``, which lists the same files but without their
    deletion-vector descriptors.
 
@@ -18,11 +20,13 @@ Tables are generated once into ``--workdir`` and reused (see core_tables.py); th
 from __future__ import annotations
 
 import argparse
+import logging
 import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -80,6 +84,65 @@ def _plan(path: Path, commits: int) -> Callable[[], object]:
     return lambda: plan_changes(str(path), commits - PLAN_WINDOW, ignore_changes=True)
 
 
+def bench_s3_latest_version(tables: dict[int, Path], repeat: int
+                            ) -> dict[int, tuple[float, float]]:
+    """latest_version(since=previous) and deltalake's version() on S3 copies of the logs.
+
+    The server is moto: its start-after listing filters every key of the bucket in Python,
+    so even a start-after request costs more on a bigger log there (S3 itself seeks).
+    """
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        options = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench",
+                   "AWS_REGION": "us-east-1", "AWS_ENDPOINT_URL": f"http://{host}:{port}",
+                   "AWS_ALLOW_HTTP": "true"}
+        uris = {n: _upload_log(path, f"s3://bench/commits-{n}", options)
+                for n, path in tables.items()}
+        for commits, uri in uris.items():
+            assert latest_version(uri, since=commits - 2, storage_options=options) == commits - 1
+        ours = median_seconds({n: _remote_latest(uri, n, options) for n, uri in uris.items()},
+                              repeat)
+        theirs = median_seconds({n: _remote_deltalake(uri, options) for n, uri in uris.items()},
+                                max(3, repeat // 10))
+        return {n: (ours[n], theirs[n]) for n in uris}
+    finally:
+        server.stop()
+
+
+def _upload_log(path: Path, uri: str, options: dict[str, str]) -> str:
+    import boto3
+    import obstore
+    from obstore.store import from_url
+
+    bucket = uri.split("/")[2]
+    boto3.client("s3", endpoint_url=options["AWS_ENDPOINT_URL"], region_name="us-east-1",
+                 aws_access_key_id="bench", aws_secret_access_key="bench",
+                 ).create_bucket(Bucket=bucket)
+    store = from_url(uri + "/", config={"aws_access_key_id": "bench",
+                                        "aws_secret_access_key": "bench",
+                                        "aws_region": "us-east-1",
+                                        "aws_endpoint_url": options["AWS_ENDPOINT_URL"]},
+                     client_options={"allow_http": True})
+    names = sorted(p.name for p in (path / "_delta_log").iterdir())
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        list(pool.map(lambda name: obstore.put(
+            store, f"_delta_log/{name}", (path / "_delta_log" / name).read_bytes()), names))
+    return uri
+
+
+def _remote_latest(uri: str, commits: int, options: dict[str, str]) -> Callable[[], int]:
+    return lambda: latest_version(uri, since=commits - 2, storage_options=options)
+
+
+def _remote_deltalake(uri: str, options: dict[str, str]) -> Callable[[], int]:
+    return lambda: DeltaTable(uri, storage_options=options).version()
+
+
 def bench_snapshot(path: Path, files: int, repeat: int) -> dict[str, float]:
     assert len(plan_snapshot(str(path))) == files + 1
     return median_seconds({
@@ -93,6 +156,8 @@ def main() -> None:
     parser.add_argument("--sizes", default="100,10000,100000",
                         help="commit counts of the latest_version tables")
     parser.add_argument("--workdir", default=str(Path(tempfile.gettempdir()) / "core-bench-tables"))
+    parser.add_argument("--s3-sizes", default="100,10000",
+                        help="commit counts of the S3 tables ('' to skip)")
     parser.add_argument("--snapshot-files", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=50)
     args = parser.parse_args()
@@ -119,6 +184,17 @@ def main() -> None:
         print(f"  {commits:>7}-commit table              {seconds * 1e3:9.1f}")
     low, high = plan_sizes[0], plan_sizes[-1]
     print(f"  ratio {high}/{low}: {planned[high] / planned[low]:.2f} (goal <= 1.2, each < 1000 ms)")
+
+    s3_sizes = sorted(int(s) for s in args.s3_sizes.split(",") if s)
+    if s3_sizes:
+        remote = bench_s3_latest_version(
+            {n: build_table(workdir / f"commits-{n}", n) for n in s3_sizes}, args.repeat)
+        print("\non S3 (moto server)              ours (ms)   deltalake (ms)")
+        for commits, (ours, theirs) in remote.items():
+            print(f"  {commits:>7} commits            {ours * 1e3:9.3f}   {theirs * 1e3:12.3f}")
+        first, last = s3_sizes[0], s3_sizes[-1]
+        print(f"  ratio {last}/{first}: ours {remote[last][0] / remote[first][0]:.2f}, "
+              f"deltalake {remote[last][1] / remote[first][1]:.2f}")
 
     wide = build_wide_table(workdir / f"files-{args.snapshot_files}", args.snapshot_files)
     snapshot = bench_snapshot(wide, args.snapshot_files, 3)
