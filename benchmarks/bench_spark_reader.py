@@ -1,0 +1,113 @@
+"""Spark reader benchmark: overhead against plain Parquet, and incremental against full reads.
+
+Two measurements, each side by side in one run on one local SparkSession:
+
+1. ``read_changes`` over the N files of a version range, against ``spark.read.parquet`` of the
+   same files, each followed by the same actions (``count()`` and a full write to Spark's
+   ``noop`` sink). Goal: ratio <= 1.15.
+2. Loading only the newest commit (1% of the table's files) with ``read_changes``, against
+   reprocessing the whole table with ``read_snapshot``; same action (noop write).
+   Goal: full / incremental >= 20.
+
+Usage: ``python benchmarks/bench_spark_reader.py [--commits 100] [--files-per-commit 10]
+[--rows-per-file 5000] [--range-commits 10] [--repeat 3]``. Tables are written with ``deltalake`` into a temp folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+
+import numpy as np
+import pyarrow as pa
+from deltalake import write_deltalake
+from pyspark.sql import DataFrame, SparkSession
+
+from airflow_provider_delta.core import plan_changes
+from airflow_provider_delta.spark import read_changes, read_snapshot
+
+
+def build_table(path: str, commits: int, files_per_commit: int, rows_per_file: int) -> None:
+    """``commits`` appends, each of ``files_per_commit`` files (one per ``bucket`` partition)."""
+    rows = files_per_commit * rows_per_file
+    for commit in range(commits):
+        ids = np.arange(commit * rows, (commit + 1) * rows, dtype=np.int64)
+        batch = pa.table({
+            "id": ids,
+            "value": ids * 3,
+            "label": pa.array(ids).cast(pa.string()),
+            "bucket": ids % files_per_commit,
+        })
+        write_deltalake(path, batch, mode="append", partition_by=["bucket"])
+
+
+def timed(action: Callable[[], object], repeat: int) -> float:
+    """Median wall time of ``action`` over ``repeat`` runs (after one warm-up run)."""
+    action()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        action()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def count_and_write(df_factory: Callable[[], DataFrame]) -> Callable[[], None]:
+    def run() -> None:
+        df = df_factory()
+        df.count()
+        df.write.format("noop").mode("overwrite").save()
+
+    return run
+
+
+def noop_write(df_factory: Callable[[], DataFrame]) -> Callable[[], None]:
+    return lambda: df_factory().write.format("noop").mode("overwrite").save()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--commits", type=int, default=100)
+    parser.add_argument("--files-per-commit", type=int, default=10)
+    parser.add_argument("--rows-per-file", type=int, default=5000)
+    parser.add_argument("--range-commits", type=int, default=10,
+                        help="commits in the range of measurement 1")
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    path = tempfile.mkdtemp(prefix="bench-spark-reader-")
+    start = time.perf_counter()
+    build_table(path, args.commits, args.files_per_commit, args.rows_per_file)
+    print(f"table: {args.commits} commits x {args.files_per_commit} files x "
+          f"{args.rows_per_file} rows, written in {time.perf_counter() - start:.1f}s")
+
+    last = args.commits - 1
+    first = last - args.range_commits + 1
+    files = [f.path for f in plan_changes(path, first, last).files]
+    ours = timed(count_and_write(lambda: read_changes(spark, path, first, last)), args.repeat)
+    plain = timed(count_and_write(lambda: spark.read.parquet(*files)), args.repeat)
+    print(f"1. read_changes over {len(files)} files: {ours:.3f}s; spark.read.parquet of the "
+          f"same files: {plain:.3f}s; ratio {ours / plain:.2f}x (goal <= 1.15x)")
+
+    incremental = timed(noop_write(lambda: read_changes(spark, path, last, last)), args.repeat)
+    full = timed(noop_write(lambda: read_snapshot(spark, path)), args.repeat)
+    share = 100 / args.commits
+    print(f"2. incremental ({share:.1f}% of files): {incremental:.3f}s; full reprocessing: "
+          f"{full:.3f}s; speed-up {full / incremental:.1f}x (goal >= 20x)")
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()
