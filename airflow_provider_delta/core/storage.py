@@ -17,7 +17,7 @@ from functools import cached_property
 from urllib.parse import unquote, urlparse
 
 import obstore
-from obstore.store import from_url
+from obstore.store import ObjectStore, from_url
 
 from airflow_provider_delta.errors import TableNotFoundError, TransientStorageError
 
@@ -42,8 +42,7 @@ class LogEntry:
 
     name: str
     version: int
-    size: int
-    mtime_ms: int | None = None
+    mtime_ms: int | None = None  # filled when listed with_mtime (always for object stores)
 
     @property
     def is_commit(self) -> bool:
@@ -111,7 +110,7 @@ class TableLocation:
         self.storage_options = storage_options
 
     @cached_property
-    def store(self):
+    def store(self) -> ObjectStore:
         """The obstore store rooted at the table (local tables are read with plain file I/O)."""
         config, client = split_storage_options(self.storage_options)
         return from_url(self.root_uri + "/", config=config or None, client_options=client or None)
@@ -206,11 +205,8 @@ class TableLocation:
                 version = _version_of(item.name)
                 if version is None or version < from_version or not item.is_file():
                     continue
-                stat = item.stat() if with_mtime else None
-                entries.append(LogEntry(
-                    item.name, version, stat.st_size if stat else 0,
-                    stat.st_mtime_ns // 1_000_000 if stat else None,
-                ))
+                mtime = item.stat().st_mtime_ns // 1_000_000 if with_mtime else None
+                entries.append(LogEntry(item.name, version, mtime))
         return entries
 
     def _list_remote(self, from_version: int, until_version: int | None) -> list[LogEntry]:
@@ -228,7 +224,7 @@ class TableLocation:
                         continue
                     if until_version is not None and version > until_version:
                         return entries
-                    entries.append(LogEntry(name, version, meta["size"],
+                    entries.append(LogEntry(name, version,
                                             int(meta["last_modified"].timestamp() * 1000)))
         except _TRANSIENT_ERRORS as exc:
             raise TransientStorageError(self.table_uri, str(exc)) from exc
