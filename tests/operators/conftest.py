@@ -30,6 +30,8 @@ SPARK_CONF = {
     "spark.ui.enabled": "false",
     "spark.sql.shuffle.partitions": "2",
     "spark.driver.memory": "1g",
+    # Short jobs: C1-only JIT and the serial GC halve the JVM's start-up cost on 2 cores.
+    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
 }
 
 
