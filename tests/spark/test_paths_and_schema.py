@@ -1,0 +1,106 @@
+"""File-path keys against what Spark really reports, and Delta schemas as Spark types."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyspark.sql.types import (
+    ArrayType,
+    DecimalType,
+    IntegerType,
+    MapType,
+    StringType,
+    StructType,
+    TimestampNTZType,
+)
+
+from airflow_provider_delta.core.model import TableMetadata
+from airflow_provider_delta.spark.paths import spark_file_path, spark_read_path
+from airflow_provider_delta.spark.schema import logical_schema, physical_read_schema
+
+AWKWARD_NAMES = [
+    "a b", "p%25q", "x=A%2FA", "é ü", "br[ack]et", "q?x", "h#sh", "c{d}", "st*r",
+    "plus+amp&eq=", "tab\tx", "nbsp\u00a0x", "semi;colon:at@", "d'q(p)",
+]
+
+
+def test_file_path_keys_match_spark_metadata(spark, tmp_path):
+    uris = []
+    for index, name in enumerate(AWKWARD_NAMES):
+        folder = tmp_path / name
+        folder.mkdir()
+        pq.write_table(pa.table({"i": [index]}), folder / f"f{index}.parquet")
+        uris.append(f"file://{folder}/f{index}.parquet")
+    rows = (
+        spark.read.parquet(*[spark_read_path(u) for u in uris])
+        .select("i", "_metadata.file_path")
+        .collect()
+    )
+    assert sorted(r.i for r in rows) == list(range(len(uris)))  # glob characters read literally
+    for row in rows:
+        assert row.file_path == spark_file_path(uris[row.i])
+
+
+def test_object_store_keys():
+    assert spark_file_path("s3://bucket/t/a b/x.parquet") == "s3://bucket/t/a%20b/x.parquet"
+    assert spark_file_path("file:///t//a/./x.parquet") == "file:/t/a/x.parquet"
+
+
+def _field(name, type_, field_id, physical, nullable=True):
+    return {
+        "name": name, "type": type_, "nullable": nullable,
+        "metadata": {"delta.columnMapping.id": field_id,
+                     "delta.columnMapping.physicalName": physical},
+    }
+
+
+SCHEMA = {
+    "type": "struct",
+    "fields": [
+        _field("id", "integer", 1, "col-1", nullable=False),
+        _field("when", "timestamp_ntz", 2, "col-2"),
+        _field("amount", "decimal(12,5)", 3, "col-3"),
+        _field("nested", {"type": "struct", "fields": [_field("inner x", "string", 5, "col-5")]},
+               4, "col-4"),
+        _field("tags", {"type": "array", "elementType": {
+            "type": "struct", "fields": [_field("t", "string", 7, "col-7")]},
+            "containsNull": False}, 6, "col-6"),
+        _field("attrs", {"type": "map", "keyType": "string", "valueType": "integer",
+                         "valueContainsNull": True}, 8, "col-8"),
+        _field("part", "string", 9, "col-9"),
+    ],
+}
+
+
+def _metadata(mode: str) -> TableMetadata:
+    return TableMetadata("id", SCHEMA, ("part",), {"delta.columnMapping.mode": mode})
+
+
+def test_logical_schema_keeps_names_order_and_types():
+    schema = logical_schema(_metadata("name"))
+    assert schema.names == ["id", "when", "amount", "nested", "tags", "attrs", "part"]
+    assert schema["when"].dataType == TimestampNTZType()
+    assert schema["amount"].dataType == DecimalType(12, 5)
+    assert schema["tags"].dataType.elementType.names == ["t"]
+    assert schema["attrs"].dataType == MapType(StringType(), IntegerType(), True)
+    assert all(f.nullable for f in schema.fields)
+    assert not any(f.metadata for f in schema.fields)
+
+
+def test_physical_schema_in_name_mode_renames_nested_fields_and_drops_partitions():
+    schema = physical_read_schema(_metadata("name"))
+    assert schema.names == ["col-1", "col-2", "col-3", "col-4", "col-6", "col-8"]
+    assert schema["col-4"].dataType.names == ["col-5"]
+    assert schema["col-6"].dataType == ArrayType(StructType().add("col-7", StringType()), True)
+
+
+def test_physical_schema_in_id_mode_carries_parquet_field_ids():
+    schema = physical_read_schema(_metadata("id"))
+    assert [f.metadata["parquet.field.id"] for f in schema.fields] == [1, 2, 3, 4, 6, 8]
+    assert schema["col-4"].dataType["col-5"].metadata == {"parquet.field.id": 5}
+    assert schema["col-6"].dataType.elementType["col-7"].metadata == {"parquet.field.id": 7}
+
+
+def test_no_column_mapping_reads_logical_names():
+    schema = physical_read_schema(_metadata("none"))
+    assert schema.names == ["id", "when", "amount", "nested", "tags", "attrs"]
