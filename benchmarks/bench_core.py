@@ -151,6 +151,16 @@ def bench_snapshot(path: Path, files: int, repeat: int) -> dict[str, float]:
     }, repeat)
 
 
+def print_side_by_side(title: str, results: dict[int, tuple[float, float]], goal: str = "") -> None:
+    """Milliseconds per table size, ours next to deltalake, and the largest/smallest ratios."""
+    print(f"\n{title}\n  {'commits':>9}   ours (ms)   deltalake (ms)")
+    for commits, (ours, theirs) in results.items():
+        print(f"  {commits:>9}   {ours * 1e3:9.3f}   {theirs * 1e3:14.3f}")
+    small, large = min(results), max(results)
+    print(f"  ratio {large}/{small}: ours {results[large][0] / results[small][0]:.2f}{goal}, "
+          f"deltalake {results[large][1] / results[small][1]:.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="100,10000,100000",
@@ -171,12 +181,8 @@ def main() -> None:
         print(f"table of {commits:>7} commits ready in {time.perf_counter() - started:6.1f} s")
 
     latest = bench_latest_version({n: tables[n] for n in sizes}, args.repeat)
-    print("\nlatest_version(since=previous)   ours (ms)   deltalake DeltaTable().version() (ms)")
-    for commits, (ours, theirs) in latest.items():
-        print(f"  {commits:>7} commits            {ours * 1e3:9.3f}   {theirs * 1e3:12.3f}")
-    small, large = sizes[0], sizes[-1]
-    print(f"  ratio {large}/{small}: ours {latest[large][0] / latest[small][0]:.2f} (goal <= 1.5), "
-          f"deltalake {latest[large][1] / latest[small][1]:.2f}")
+    print_side_by_side("latest_version(since=previous), local; deltalake: DeltaTable().version()",
+                       latest, " (goal <= 1.5)")
 
     planned = bench_plan_changes({n: tables[n] for n in plan_sizes}, max(5, args.repeat // 4))
     print(f"\nplan_changes over the newest {PLAN_WINDOW} commits   (ms)")
@@ -189,12 +195,7 @@ def main() -> None:
     if s3_sizes:
         remote = bench_s3_latest_version(
             {n: build_table(workdir / f"commits-{n}", n) for n in s3_sizes}, args.repeat)
-        print("\non S3 (moto server)              ours (ms)   deltalake (ms)")
-        for commits, (ours, theirs) in remote.items():
-            print(f"  {commits:>7} commits            {ours * 1e3:9.3f}   {theirs * 1e3:12.3f}")
-        first, last = s3_sizes[0], s3_sizes[-1]
-        print(f"  ratio {last}/{first}: ours {remote[last][0] / remote[first][0]:.2f}, "
-              f"deltalake {remote[last][1] / remote[first][1]:.2f}")
+        print_side_by_side("the same on S3 (moto server)", remote)
 
     wide = build_wide_table(workdir / f"files-{args.snapshot_files}", args.snapshot_files)
     snapshot = bench_snapshot(wide, args.snapshot_files, 3)
