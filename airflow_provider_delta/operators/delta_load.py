@@ -325,12 +325,14 @@ class DeltaIncrementalOperator(_DeltaSparkJobOperator):
         """The range to load (None: nothing new), from explicit versions, sensor or watermark."""
         start, end = _optional_int(self.start_version), _optional_int(self.end_version)
         if start is not None:
-            if end is None:
+            end_given = end is not None
+            if not end_given:
                 end = self._latest()
             if start > end:
+                bound = "end_version" if end_given else "the latest version"
                 raise ValueError(
-                    f"{self.task_id}: {self.table_uri}: start_version={start} is after "
-                    f"end_version={end}; give a range with start_version <= end_version"
+                    f"{self.task_id}: {self.table_uri}: start_version={start} is after {bound} "
+                    f"({end}); give a range with start_version <= end_version <= latest"
                 )
             moves = bool(self.move_watermark)
             return LoadRequest("changes", start, end, moves)

@@ -1,0 +1,104 @@
+"""Requests that cannot succeed: a clear error, nothing committed, the watermark unchanged.
+
+Requests the operators can judge alone fail before any Spark starts (no SparkSession here);
+failures inside the job are shown by running the driver's ``run_job`` on the test session.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+
+import pytest
+from deltalake import DeltaTable
+
+from airflow_provider_delta.errors import SinkSchemaMismatchError, VersionNotAvailableError
+from airflow_provider_delta.job.driver import run_job
+from airflow_provider_delta.job.spec import JobSpec, SinkSpec
+from airflow_provider_delta.operators import DeltaIncrementalOperator, DeltaTimeTravelOperator
+
+from .conftest import append_rows, delta_rows
+
+
+@pytest.fixture
+def source(tmp_path):
+    path = str(tmp_path / "source")
+    append_rows(path, [0, 1])
+    append_rows(path, [2])
+    return path
+
+
+def _run(operator):
+    """``execute`` with the only context key these paths use; a watermark read would fail."""
+    return operator.execute({"run_id": "manual__bad_input"})
+
+
+def test_time_travel_needs_exactly_one_of_version_and_timestamp(source, tmp_path):
+    target = str(tmp_path / "target")
+    both = DeltaTimeTravelOperator(task_id="both", table_uri=source, target=target, version=1,
+                                   timestamp="2024-01-01T00:00:00")
+    neither = DeltaTimeTravelOperator(task_id="neither", table_uri=source, target=target)
+    for operator in (both, neither):
+        with pytest.raises(ValueError, match=f"exactly one of version and timestamp for {source}"):
+            _run(operator)
+    assert not os.path.exists(target)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"start_version": "2", "end_version": "1"}, ValueError, "start_version=2 is after"),
+        ({"start_version": 1, "end_version": 5}, VersionNotAvailableError, "5 is not available"),
+        ({"start_version": 7}, ValueError, "start_version=7 is after the latest version"),
+    ],
+)
+def test_explicit_range_is_checked_before_submitting(source, tmp_path, kwargs, error, message):
+    target = str(tmp_path / "target")
+    operator = DeltaIncrementalOperator(task_id="load", table_uri=source, target=target,
+                                        conn_id="no_such_spark", **kwargs)
+    with pytest.raises(error, match=message):
+        _run(operator)
+    assert not os.path.exists(target)
+
+
+def test_time_travel_outside_the_log_fails_before_submitting(source, tmp_path):
+    target = str(tmp_path / "target")
+    for request in ({"version": 9}, {"timestamp": "2001-01-01T00:00:00"}):
+        operator = DeltaTimeTravelOperator(task_id="tt", table_uri=source, target=target,
+                                           conn_id="no_such_spark", **request)
+        with pytest.raises(VersionNotAvailableError, match="is not available"):
+            _run(operator)
+    assert not os.path.exists(target)
+
+
+def _spec(source, target, **kwargs):
+    sink = SinkSpec(kind="delta", path=target, app_id="bad-input")
+    return JobSpec(table_uri=source, mode="changes", start_version=0, end_version=1, sink=sink,
+                   **kwargs)
+
+
+def test_a_transform_that_raises_commits_nothing(spark, source, tmp_path):
+    target = str(tmp_path / "target")
+    with pytest.raises(ValueError, match="bad data"):
+        run_job(spark, _spec(source, target, transform="operators.transforms:raise_error"))
+    assert not os.path.exists(target)
+
+
+def test_rows_that_do_not_fit_the_target_commit_nothing(spark, source, tmp_path):
+    target = str(tmp_path / "target")
+    run_job(spark, _spec(source, target))
+    before = delta_rows(target)
+    widened = _spec(source, target, sql="select id, name, 1 as extra from changes")
+    # Another task's appId: the first task's txn would (rightly) skip the range.
+    widened = replace(widened, sink=replace(widened.sink, app_id="another-task"))
+    with pytest.raises(SinkSchemaMismatchError, match="do not match the target table"):
+        run_job(spark, widened)
+    assert DeltaTable(target).version() == 0 and delta_rows(target) == before
+
+
+def test_an_unwritable_target_commits_nothing(spark, source, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")  # unwritable even for root: the parent is a file
+    with pytest.raises(Exception, match="(?i)not a directory|already exists|mkdirs"):
+        run_job(spark, _spec(source, str(blocker / "target")))
+    assert blocker.read_text() == "not a folder"
