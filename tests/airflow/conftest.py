@@ -51,11 +51,9 @@ _run_dates = itertools.count(1)
 
 
 @pytest.fixture
-def run_dag(airflow_db):
-    """Run a DAG object once with ``dag.test()`` on the SQLite DB; returns the DagRun.
-
-    Each call gets a later logical date, so ``include_prior_dates`` sees earlier runs.
-    """
+def register_dag(airflow_db):
+    """``register_dag(dag)``: serialize a DAG object into the metadata DB, as the DAG
+    processor would (dag.test() and the triggerer only run DAGs found there)."""
     from airflow.dag_processing.bundles.manager import DagBundlesManager
     from airflow.dag_processing.collection import update_dag_parsing_results_in_db
     from airflow.serialization.serialized_objects import LazyDeserializedDAG
@@ -63,13 +61,25 @@ def run_dag(airflow_db):
 
     DagBundlesManager().sync_bundles_to_db()
 
-    def run(dag):
-        # dag.test() only runs DAGs it finds serialized in the DB; register this one directly.
+    def register(dag) -> None:
         with create_session() as session:
             update_dag_parsing_results_in_db(
                 "dags-folder", None, [LazyDeserializedDAG.from_dag(dag)], {}, None, set(),
                 session=session,
             )
+
+    return register
+
+
+@pytest.fixture
+def run_dag(register_dag):
+    """Run a DAG object once with ``dag.test()`` on the SQLite DB; returns the DagRun.
+
+    Each call gets a later logical date, so ``include_prior_dates`` sees earlier runs.
+    """
+
+    def run(dag):
+        register_dag(dag)
         logical_date = datetime(2024, 1, 1, tzinfo=timezone.utc) + timedelta(days=next(_run_dates))
         return dag.test(logical_date=logical_date)
 

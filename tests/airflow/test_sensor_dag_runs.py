@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 import pytest
-from airflow.sdk import DAG, get_current_context, task
+from airflow.sdk import DAG, Asset, get_current_context, task
 
 from airflow_provider_delta.sensors import DeltaVersionSensor
 from airflow_provider_delta.watermarks import make_watermark_store
@@ -16,14 +16,17 @@ WATERMARK_KEY = "orders_watermark"
 def incremental_dag(dag_id: str, table_uri: str, store: str, **sensor_kwargs) -> DAG:
     """sense >> load, where ``load`` stands in for the incremental operator: it records the
     range it was given and writes the range's end as the new watermark."""
+    # The asset state store is reachable from tasks that have the asset as inlet or outlet.
+    assets = [Asset(name=f"{dag_id}_table", uri=f"file://{table_uri}")] if store == "asset_state" else []
     with DAG(dag_id, schedule=None, start_date=datetime(2024, 1, 1), catchup=False) as dag:
         sense = DeltaVersionSensor(
             task_id="sense", table_uri=table_uri, watermark_store=store,
             watermark_key=WATERMARK_KEY, watermark_task_id="load" if store == "xcom" else None,
+            inlets=assets,
             **{"initial": "earliest", "poke_interval": 0.1, "timeout": 30, **sensor_kwargs},
         )
 
-        @task
+        @task(outlets=assets)
         def load(uri: str) -> dict:
             context = get_current_context()
             found = context["ti"].xcom_pull(task_ids="sense")
@@ -59,6 +62,14 @@ def test_variable_watermark_carries_across_runs_and_tables(run_dag, growing_tabl
     orders.append()
     assert ranges_of(run_dag(orders_dag)) == (2, 2)
     assert Variable.get(WATERMARK_KEY, deserialize_json=True) == {orders.uri: 2, users.uri: 3}
+
+
+def test_asset_state_watermark_carries_across_runs(run_dag, growing_table, ranges_of):
+    table = growing_table(2)
+    dag = incremental_dag("delta_asset_state_watermark", table.uri, "asset_state")
+    assert ranges_of(run_dag(dag)) == (0, 1)
+    table.append(3)
+    assert ranges_of(run_dag(dag)) == (2, 4)
 
 
 def test_malformed_variable_fails_the_sensor(run_dag, growing_table, task_states, capfd):

@@ -1,0 +1,127 @@
+"""DeltaVersionTrigger as an AssetWatcher, run by a real `airflow triggerer` process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+from airflow.sdk import DAG, Asset, AssetWatcher, task
+
+from airflow_provider_delta.hooks.versions import head_commit_timestamp
+from airflow_provider_delta.triggers import DeltaVersionTrigger
+from airflow_provider_delta.triggers.delta_version import WATCHER_STATE_KEY
+
+pytestmark = pytest.mark.slow  # starts a triggerer process
+
+
+def wait_for(condition, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if result := condition():
+            return result
+        time.sleep(0.25)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def asset_events(asset_name: str) -> list[dict]:
+    from sqlalchemy import select
+
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        rows = session.scalars(
+            select(AssetEvent).join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+            .where(AssetModel.name == asset_name).order_by(AssetEvent.id)
+        )
+        return [dict(row.extra) for row in rows]
+
+
+def watcher_trigger_started(asset_name: str) -> bool:
+    from sqlalchemy import select
+
+    from airflow.models.asset import AssetModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        asset = session.scalars(select(AssetModel).where(AssetModel.name == asset_name)).one()
+        return any(trigger.triggerer_id is not None for trigger in asset.triggers)
+
+
+def asset_state(asset_name: str, key: str):
+    from airflow._shared.state import AssetScope
+    from airflow.models.asset import AssetModel
+    from airflow.state import get_state_backend
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        asset_id = session.scalar(select(AssetModel.id).where(AssetModel.name == asset_name))
+        return get_state_backend().get(AssetScope(asset_id=asset_id), key, session=session)
+
+
+def register_unpaused(register_dag, dag) -> None:
+    """Serialize the DAG, unpause it, serialize again: watchers of paused DAGs get no trigger."""
+    from sqlalchemy import update
+
+    from airflow.models.dag import DagModel
+    from airflow.utils.session import create_session
+
+    register_dag(dag)
+    with create_session() as session:
+        session.execute(update(DagModel).where(DagModel.dag_id == dag.dag_id).values(is_paused=False))
+    register_dag(dag)
+
+
+@pytest.fixture
+def triggerer(airflow_db, tmp_path):
+    """A real `airflow triggerer` on the test metadata DB; stopped by its own pid."""
+    from airflow.configuration import conf
+
+    # Unit-test mode makes up a Fernet key per process; the triggerer must decrypt our triggers.
+    env = {**os.environ, "AIRFLOW__CORE__FERNET_KEY": conf.get("core", "fernet_key")}
+    log_file = (tmp_path / "triggerer.log").open("wb")
+    process = subprocess.Popen(
+        [str(Path(sys.executable).with_name("airflow")), "triggerer", "--capacity", "5"],
+        stdout=log_file, stderr=subprocess.STDOUT, env=env,
+    )
+    yield process
+    process.terminate()
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+    log_file.close()
+
+
+def test_a_new_commit_makes_exactly_one_asset_event(register_dag, growing_table, triggerer):
+    table = growing_table(2)  # versions 0..1 exist; the watcher announces from version 2 on
+    orders = Asset(name="delta_orders", uri=f"file://{table.uri}", watchers=[AssetWatcher(
+        name="delta_orders_watcher",
+        trigger=DeltaVersionTrigger(table_uri=table.uri, initial=2, poll_interval=0.2),
+    )])
+    with DAG("delta_asset_consumer", schedule=[orders], start_date=datetime(2024, 1, 1)) as dag:
+        @task
+        def consume() -> None:
+            pass
+
+        consume()
+    register_unpaused(register_dag, dag)
+
+    wait_for(lambda: watcher_trigger_started("delta_orders"), 120, "the triggerer to take the watcher")
+    table.append()
+    wait_for(lambda: asset_events("delta_orders"), 120, "an asset event")
+    time.sleep(2)  # ten more polls with nothing new: still one event for the range
+    events = asset_events("delta_orders")
+    assert len(events) == 1
+    payload = events[0]["payload"]
+    assert (payload["start_version"], payload["end_version"]) == (2, 2)
+    assert payload["table_uri"] == table.uri and payload["status"] == "success"
+    assert payload["latest_commit_timestamp"] == head_commit_timestamp(table.uri, 2, None)
+    assert int(asset_state("delta_orders", WATCHER_STATE_KEY)) == 2
