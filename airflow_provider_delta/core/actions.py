@@ -68,20 +68,22 @@ def parse_partition_value(raw: str | None, type_name: str) -> Any:
     if type_name == "date":
         return dt.date.fromisoformat(raw)
     if type_name == "timestamp":
-        value = _parse_datetime(raw)
+        value = parse_datetime(raw)
         return value.replace(tzinfo=dt.timezone.utc) if value.tzinfo is None else value.astimezone(
             dt.timezone.utc)
     if type_name == "timestamp_ntz":
-        return _parse_datetime(raw).replace(tzinfo=None)
+        return parse_datetime(raw).replace(tzinfo=None)
     raise ValueError(f"partition column type {type_name!r} is not a primitive type")
 
 
-def _parse_datetime(raw: str) -> dt.datetime:
+def parse_datetime(raw: str) -> dt.datetime:
     """Both timestamp serialisations: ``2021-01-01 10:00:00[.ffffff]`` and ISO-8601 with ``Z``.
 
     Fractions beyond microseconds are cut, as Python's datetime cannot hold nanoseconds.
     """
     text = raw.strip()
+    if text.endswith("Z"):  # Python 3.10's fromisoformat does not read "Z"
+        text = text[:-1] + "+00:00"
     if "." in text:
         head, _, rest = text.partition(".")
         digits = len(rest) - len(rest.lstrip("0123456789"))

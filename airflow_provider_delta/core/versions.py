@@ -6,6 +6,7 @@ import bisect
 import datetime as dt
 import logging
 
+from airflow_provider_delta.core.actions import parse_datetime
 from airflow_provider_delta.core.replay import earliest_recreatable, read_commit, replay
 from airflow_provider_delta.core.storage import LogEntry, TableLocation
 from airflow_provider_delta.errors import (
@@ -181,8 +182,11 @@ def _in_commit_timestamp(location: TableLocation, version: int) -> int:
 
 def _epoch_micros(timestamp: dt.datetime | str) -> int:
     if isinstance(timestamp, str):
-        text = timestamp.strip()
-        timestamp = dt.datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith("Z") else text)
+        try:
+            timestamp = parse_datetime(timestamp)
+        except ValueError as exc:
+            raise ValueError(f"timestamp {timestamp!r} is not ISO-8601, e.g. "
+                             "'2024-05-01T12:00:00Z' or '2024-05-01 12:00:00'") from exc
     if not isinstance(timestamp, dt.datetime):
         raise TypeError(f"timestamp must be a datetime or an ISO-8601 string, not {timestamp!r}")
     if timestamp.tzinfo is None:

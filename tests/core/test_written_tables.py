@@ -160,6 +160,8 @@ def test_bad_arguments(tmp_path):
         split_batches(plan_changes(path, 0), max_files=0)
     with pytest.raises(ValueError):
         plan_snapshot(path, version=0, timestamp="2020-01-01")
+    with pytest.raises(ValueError, match="ISO-8601"):
+        version_at(path, "yesterday")
 
 
 def test_added_nullable_column_is_additive(tmp_path):
