@@ -244,3 +244,25 @@ def test_append_range_rows_are_snapshot_differences(shared_table, name):
                 continue
             before = counts.get(start - 1, 0)
             assert _live_rows(plan_changes(path, start, end)) == counts[end] - before, (start, end)
+
+
+def test_multi_part_checkpoint_without_hint_and_incomplete(shared_table):
+    """Found by listing when _last_checkpoint is gone; skipped when a part is missing."""
+    path = Path(shared_table("delta-golden/multi-part-checkpoint"))
+    expected = sorted(f.path for f in plan_snapshot(str(path)))
+    (path / "_delta_log" / "_last_checkpoint").unlink()
+    assert sorted(f.path for f in plan_snapshot(str(path))) == expected
+    next((path / "_delta_log").glob("*.checkpoint.0000000002.0000000002.parquet")).unlink()
+    assert sorted(f.path for f in plan_snapshot(str(path))) == expected
+    (path / "_delta_log" / f"{0:020d}.json").unlink()
+    with pytest.raises(VersionNotAvailableError):
+        plan_snapshot(str(path))
+
+
+def test_v2_checkpoint_needs_its_sidecars(shared_table):
+    path = Path(shared_table("delta-golden/v2-checkpoint-json"))
+    assert len(plan_snapshot(str(path))) == 4
+    for sidecar in (path / "_delta_log" / "_sidecars").iterdir():
+        sidecar.unlink()
+    with pytest.raises(InvalidLogError, match="sidecar"):
+        plan_snapshot(str(path))
