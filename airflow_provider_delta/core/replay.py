@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -236,8 +237,9 @@ def read_checkpoint(location: TableLocation, parts: list[CheckpointFile], *,
 
 def _sidecar_actions(location: TableLocation, sidecar: Mapping[str, Any], version: int
                      ) -> Iterator[dict[str, Any]]:
-    path = sidecar["path"]
-    name = path if "/" in path else f"_sidecars/{path}"
+    path = unquote(sidecar["path"])
+    # relative to _delta_log/_sidecars/, or an absolute URI that lies under _delta_log/
+    name = path.rpartition("/_delta_log/")[2] if "/" in path else f"_sidecars/{path}"
     raw = location.read_log_file(name)
     if raw is None:
         raise InvalidLogError(location.table_uri, version, f"checkpoint sidecar {name} is missing")
