@@ -74,8 +74,8 @@ def plan_changes(table_uri: str, start_version: int, end_version: int | None = N
 def _range_commits(location: TableLocation, state: LogState, start: int, end: int
                    ) -> Iterator[tuple[int, list[dict[str, Any]] | None]]:
     """The range's commits in order; the replay to ``start`` may have read the first already."""
-    if start in state.commits:
-        yield start, state.commits[start]
+    if state.last_commit is not None:
+        yield start, state.last_commit
         start += 1
     yield from read_commits(location, range(start, end + 1))
 

@@ -14,7 +14,7 @@ import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, NoReturn
 from urllib.parse import unquote
 
@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 
 # How far below a version the local probe looks for a classic checkpoint before listing.
 _LOCAL_CHECKPOINT_PROBE = 1000
+_PROGRESS_EVERY = 10_000  # commits between progress log lines of a long replay
 _REMOTE_READERS = 16
 _REMOTE_READ_AHEAD = 256
 
@@ -45,8 +46,8 @@ class LogState:
     protocol: dict[str, Any] | None = None
     metadata: dict[str, Any] | None = None
     files: dict[tuple[str, str | None], dict[str, Any]] | None = None
-    # version -> commit actions read while replaying (reused by callers that need them)
-    commits: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    # the actions of commit ``version`` when the replay read it (plan_changes reuses them)
+    last_commit: list[dict[str, Any]] | None = None
 
     def apply(self, actions: Iterable[Mapping[str, Any]]) -> None:
         for action in actions:
@@ -100,8 +101,11 @@ def replay(location: TableLocation, version: int, *, with_files: bool = False) -
     for commit_version, actions in read_commits(location, range(first_commit, version + 1)):
         if actions is None:
             raise_unreadable(location, version, commit_version, from_checkpoint=bool(checkpoint))
-        state.commits[commit_version] = actions
+        state.last_commit = actions
         state.apply(actions)
+        if (commit_version - first_commit) % _PROGRESS_EVERY == _PROGRESS_EVERY - 1:
+            log.info("%s: replayed commits %d..%d towards version %d", location.table_uri,
+                     first_commit, commit_version, version)
     if state.protocol is None or state.metadata is None:
         absent = "protocol" if state.protocol is None else "metaData"
         raise InvalidLogError(location.table_uri, version, f"no {absent} action at or before it")
