@@ -19,6 +19,7 @@ def test_latest_version_with_and_without_hint(shared_table):
     assert latest_version(path) == 14
     assert latest_version(path, since=3) == 14
     assert latest_version("file://" + path, since=14) == 14
+    assert latest_version(path, since=40) == 14  # a hint past the end: the log decides
 
 
 def test_plan_changes_append_only_range(shared_table):
