@@ -15,6 +15,7 @@ from airflow_provider_delta.hooks.delta import DeltaHook
 from airflow_provider_delta.hooks.versions import (
     VersionRange,
     fetch_latest_version,
+    head_commit_timestamp,
     new_version_range,
 )
 from airflow_provider_delta.triggers.delta_version import DeltaVersionTrigger
@@ -199,15 +200,26 @@ class DeltaVersionSensor(BaseSensorOperator):
             self._latest_at_first_poke = (
                 latest_now if first_poke is None else self._version_at(first_poke)
             )
+            self.log.info(
+                "No watermark yet; initial='latest' starts after version %d, the latest when "
+                "the sensor began waiting (%s)", self._latest_at_first_poke, first_poke or "now",
+            )
         return self._latest_at_first_poke
 
     def _version_at(self, moment: datetime) -> int:
+        """The latest version at ``moment``; -1 if the table's first commit came later."""
         from airflow_provider_delta.core import version_at
 
         try:
             return version_at(self.table_uri, moment, storage_options=self.storage_options)
-        except VersionNotAvailableError:
-            return -1  # the table is younger than the wait: every version is new
+        except VersionNotAvailableError as err:
+            # Time travel refuses moments after the head commit; for a sensor that is the head.
+            head = err.latest
+            if head is not None and moment.timestamp() * 1000 >= head_commit_timestamp(
+                self.table_uri, head, self.storage_options
+            ):
+                return head
+            return -1 if err.earliest is None else err.earliest - 1
 
     @cached_property
     def storage_options(self) -> dict[str, str] | None:

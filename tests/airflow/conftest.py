@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
@@ -149,13 +150,62 @@ def commit_once_deferred():
         dag_test_log = logging.getLogger("airflow.sdk.definitions.dag")
         handler = _EventOnMessage("running trigger in line", trigger_running)
         dag_test_log.addHandler(handler)
-        commit = threading.Thread(target=lambda: trigger_running.wait(60) and table.append())
-        commit.start()
-        try:
-            yield
-        finally:
-            dag_test_log.removeHandler(handler)
-            commit.join()
+        with _commit_when(trigger_running.wait, table):
+            try:
+                yield
+            finally:
+                dag_test_log.removeHandler(handler)
         assert trigger_running.is_set(), "the sensor never deferred"
 
     return arrange
+
+
+@pytest.fixture
+def commit_once_rescheduled():
+    """``with commit_once_rescheduled(table, dag_id): run_dag(dag)`` appends one commit once
+    the ``sense`` task of ``dag_id`` is up for reschedule (its first poke found nothing)."""
+    from sqlalchemy import select
+
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+    from airflow.utils.state import TaskInstanceState
+
+    def rescheduled(dag_id: str) -> bool:
+        with create_session() as session:
+            return session.scalar(select(TaskInstance.state).where(
+                TaskInstance.dag_id == dag_id, TaskInstance.task_id == "sense",
+            )) == TaskInstanceState.UP_FOR_RESCHEDULE
+
+    def wait_for_reschedule(dag_id: str, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if rescheduled(dag_id):
+                return True
+            time.sleep(0.1)
+        return False
+
+    @contextmanager
+    def arrange(table: GrowingTable, dag_id: str) -> Iterator[None]:
+        with _commit_when(lambda timeout: wait_for_reschedule(dag_id, timeout), table):
+            yield
+
+    return arrange
+
+
+@contextmanager
+def _commit_when(wait: Callable[[float], bool], table: GrowingTable) -> Iterator[None]:
+    """Append one commit to ``table`` from a thread, once ``wait`` returns true."""
+    happened = threading.Event()
+
+    def commit() -> None:
+        if wait(120):
+            table.append()
+            happened.set()
+
+    thread = threading.Thread(target=commit)
+    thread.start()
+    try:
+        yield
+    finally:
+        thread.join()
+    assert happened.is_set(), "the moment to commit never came"

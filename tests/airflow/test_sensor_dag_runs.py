@@ -114,3 +114,15 @@ def test_timeout(run_dag, growing_table, task_states, deferrable, soft_fail, sta
                           initial="latest", timeout=1, poke_interval=0.2,
                           deferrable=deferrable, soft_fail=soft_fail)
     assert task_states(run_dag(dag)) == {"sense": state, "load": "upstream_failed" if state == "failed" else "skipped"}
+
+
+def test_reschedule_mode_keeps_latest_fixed_between_pokes(
+    run_dag, growing_table, ranges_of, commit_once_rescheduled
+):
+    """Stateless pokes: with initial="latest", "latest" is the version at the first poke."""
+    table = growing_table(2)
+    dag = incremental_dag("delta_reschedule", table.uri, "variable", initial="latest",
+                          mode="reschedule", poke_interval=1, timeout=60)
+    with commit_once_rescheduled(table, dag.dag_id):
+        dag_run = run_dag(dag)
+    assert ranges_of(dag_run) == (2, 2)
