@@ -28,6 +28,7 @@ from deltalake import write_deltalake
 TESTS_DIR = Path(__file__).resolve().parent
 SPARK_CONF = {
     "spark.ui.enabled": "false",
+    "spark.log.level": "WARN",
     "spark.sql.shuffle.partitions": "2",
     "spark.driver.memory": "1g",
     # Short jobs: C1-only JIT and the serial GC halve the JVM's start-up cost on 2 cores.
