@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 
 import pytest
@@ -72,28 +73,24 @@ def test_asset_state_watermark_carries_across_runs(run_dag, growing_table, range
     assert ranges_of(run_dag(dag)) == (2, 4)
 
 
-def test_malformed_variable_fails_the_sensor(run_dag, growing_table, task_states, capfd):
-    from airflow.models import Variable
-
-    table = growing_table(1)
-    Variable.set("broken_watermark", "{not json")
-    with DAG("delta_malformed_variable", schedule=None, start_date=datetime(2024, 1, 1)) as dag:
-        DeltaVersionSensor(task_id="sense", table_uri=table.uri, watermark_store="variable",
-                           watermark_key="broken_watermark", poke_interval=0.1, timeout=5)
-    assert task_states(run_dag(dag)) == {"sense": "failed"}
-    assert "Airflow Variable 'broken_watermark' is not JSON" in "".join(capfd.readouterr())
-
-
-def test_watermark_above_latest_fails_the_sensor(run_dag, growing_table, task_states, capfd):
+@pytest.mark.parametrize(("case", "stored", "message"), [
+    ("malformed", lambda uri: "{not json", "Airflow Variable 'bad_watermark_malformed' is not JSON"),
+    ("ahead", lambda uri: json.dumps({uri: 9}),
+     "table's latest version is 1; the table was probably recreated"),
+    ("negative", lambda uri: json.dumps({uri: -4}), "is -4, not a table version"),
+])
+def test_bad_variable_watermark_fails_the_sensor(
+    run_dag, growing_table, task_states, capfd, case, stored, message
+):
     from airflow.models import Variable
 
     table = growing_table(2)
-    Variable.set("ahead_watermark", f'{{"{table.uri}": 9}}')
-    with DAG("delta_ahead_variable", schedule=None, start_date=datetime(2024, 1, 1)) as dag:
+    Variable.set(f"bad_watermark_{case}", stored(table.uri))
+    with DAG(f"delta_bad_watermark_{case}", schedule=None, start_date=datetime(2024, 1, 1)) as dag:
         DeltaVersionSensor(task_id="sense", table_uri=table.uri, watermark_store="variable",
-                           watermark_key="ahead_watermark", poke_interval=0.1, timeout=5)
+                           watermark_key=f"bad_watermark_{case}", poke_interval=0.1, timeout=5)
     assert task_states(run_dag(dag)) == {"sense": "failed"}
-    assert "table's latest version is 1; the table was probably recreated" in "".join(capfd.readouterr())
+    assert message in "".join(capfd.readouterr())
 
 
 def test_deferrable_sensor_completes_through_the_trigger(run_dag, growing_table, ranges_of, commit_once_deferred):
