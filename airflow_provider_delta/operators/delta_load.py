@@ -21,10 +21,10 @@ cluster's Python, or set ``ship_package=True`` to send a zip of the package with
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 import tempfile
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -179,7 +179,9 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
     def submit(self, context: Context, spec: JobSpec) -> JobResult:
         """Write the spec, run the driver through spark-submit, read its result."""
         work_dir = self.work_dir or tempfile.mkdtemp(prefix="delta-job-")
-        run_dir = f"{to_uri(work_dir)}/{self.task_id}-{uuid.uuid4().hex[:12]}"
+        # Stable per task run: a durable retry that reconnects to a running job finds its result.
+        run_name = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{self.dag_id}.{self.task_id}.{context['run_id']}")
+        run_dir = f"{to_uri(work_dir)}/{run_name}"
         spec_uri, result_uri = f"{run_dir}/spec.json", f"{run_dir}/result.json"
         write_text(spec_uri, spec.to_json())
         self.application_args = [spec_uri, result_uri]
