@@ -78,15 +78,25 @@ class DeltaHook(BaseHook):
 
     def get_storage_options(self) -> dict[str, str]:
         """The connection as object_store ``storage_options`` (secrets masked in logs)."""
-        return storage_options_from_connection(self.get_connection(self.delta_conn_id))
+        from airflow.sdk.log import mask_secret
+
+        options = storage_options_from_connection(self.get_connection(self.delta_conn_id))
+        for key, secret in secret_options(options):
+            mask_secret(secret, name=key)
+        return options
 
     async def aget_storage_options(self) -> dict[str, str]:
-        """Async twin of :meth:`get_storage_options`, for triggers."""
-        return storage_options_from_connection(await self.aget_connection(self.delta_conn_id))
+        """Async twin of :meth:`get_storage_options`, for triggers (never blocks the loop)."""
+        from airflow.sdk.log import amask_secret
+
+        options = storage_options_from_connection(await self.aget_connection(self.delta_conn_id))
+        for key, secret in secret_options(options):
+            await amask_secret(secret, name=key)
+        return options
 
 
 def storage_options_from_connection(conn: Connection) -> dict[str, str]:
-    """Translate a ``delta`` connection into object_store configuration keys."""
+    """Translate a ``delta`` connection into object_store configuration keys (unmasked)."""
     extra = conn.extra_dejson
     provider = str(extra.get("provider", "s3")).lower()
     build = _BUILDERS.get(provider)
@@ -97,8 +107,12 @@ def storage_options_from_connection(conn: Connection) -> dict[str, str]:
         )
     options = {key: value for key, value in build(conn, extra).items() if value not in (None, "")}
     options.update({str(k).upper(): str(v) for k, v in extra.get("storage_options", {}).items()})
-    _mask(options)
     return options
+
+
+def secret_options(options: dict[str, str]) -> list[tuple[str, str]]:
+    """The (key, value) pairs of ``options`` that must never show in logs."""
+    return [(key, value) for key, value in options.items() if key in SECRET_OPTION_KEYS]
 
 
 def _s3_options(conn: Connection, extra: dict[str, Any]) -> dict[str, Any]:
@@ -151,11 +165,3 @@ def _endpoint_url(host: str | None, port: int | None, extra: dict[str, Any]) -> 
 
 def _truthy(value: Any) -> bool:
     return str(value).lower() in ("1", "true", "yes", "on")
-
-
-def _mask(options: dict[str, str]) -> None:
-    from airflow.sdk.log import mask_secret
-
-    for key, value in options.items():
-        if key in SECRET_OPTION_KEYS:
-            mask_secret(value, name=key)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
 from airflow.sdk import Connection
 
 from airflow_provider_delta.errors import DeltaProviderError
-from airflow_provider_delta.hooks.delta import storage_options_from_connection
+from airflow_provider_delta.hooks.delta import DeltaHook, storage_options_from_connection
 
 
 def connection(**fields) -> Connection:
@@ -67,11 +68,18 @@ def test_unknown_provider_is_refused_with_the_choices():
         storage_options_from_connection(connection(extra={"provider": "hdfs"}))
 
 
-def test_secrets_are_masked_in_logs():
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+def test_hook_masks_secrets_in_logs(monkeypatch, use_async):
     from airflow.sdk._shared.secrets_masker import redact
 
-    storage_options_from_connection(connection(
-        login="AKIA-visible", password="very-secret-value-123", extra={"session_token": "tok-456789"}))
-    shown = str(redact("key AKIA-visible secret very-secret-value-123 token tok-456789"))
-    assert "very-secret-value-123" not in shown and "tok-456789" not in shown
+    secret, token = f"very-secret-{use_async}-123", f"tok-{use_async}-456789"
+    monkeypatch.setenv("AIRFLOW_CONN_LAKE_MASKED", json.dumps({
+        "conn_type": "delta", "login": "AKIA-visible", "password": secret,
+        "extra": {"session_token": token},
+    }))
+    hook = DeltaHook("lake_masked")
+    options = asyncio.run(hook.aget_storage_options()) if use_async else hook.get_storage_options()
+    assert options["AWS_SECRET_ACCESS_KEY"] == secret and options["AWS_SESSION_TOKEN"] == token
+    shown = str(redact(f"key AKIA-visible secret {secret} token {token}"))
+    assert secret not in shown and token not in shown
     assert "AKIA-visible" in shown  # the key id is not a secret

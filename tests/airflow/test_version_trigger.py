@@ -125,3 +125,10 @@ def test_watcher_raises_on_permanent_errors(tmp_path):
 def test_bad_arguments(kwargs, message):
     with pytest.raises(Exception, match=message):
         DeltaVersionTrigger(table_uri="/t", **kwargs)
+
+
+def test_backoff_after_transient_errors_is_bounded():
+    trigger = DeltaVersionTrigger(table_uri="/t", poll_interval=2, max_backoff=30)
+    assert [trigger._next_wait(failures) for failures in range(6)] == [2, 4, 8, 16, 30, 30]
+    trigger.timeout_at = time.time() + 5
+    assert trigger._next_wait(4) <= 5  # never sleeps past the sensor's timeout
