@@ -1,0 +1,85 @@
+"""Tables written in the tests with ``deltalake``, for what the shared set lacks."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from decimal import Decimal
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+from airflow_provider_delta.core import plan_changes
+from airflow_provider_delta.errors import MissingDataFileError
+from airflow_provider_delta.spark import read_changes, read_snapshot
+from tests.spark.conftest import oracle_rows, spark_rows, table_rows
+
+
+def test_vacuumed_file_raises_before_any_row(spark, tmp_path):
+    path = str(tmp_path / "t")
+    for batch in range(3):
+        write_deltalake(path, pa.table({"id": [batch * 10 + i for i in range(10)]}), mode="append")
+    gone = plan_changes(path, 1, 1).files[0].path
+    os.remove(gone.removeprefix("file://"))
+    with pytest.raises(MissingDataFileError) as error:
+        read_changes(spark, path, 0, 2)
+    assert error.value.version == 1
+    assert error.value.path == gone
+    assert path in str(error.value) and "version 1" in str(error.value)
+    assert spark_rows(read_changes(spark, path, 2, 2)) == table_rows(
+        pa.table({"id": list(range(20, 30))}))
+
+
+def test_schema_change_in_the_middle_of_a_range(spark, tmp_path, assert_same_rows):
+    path = str(tmp_path / "t")
+    write_deltalake(path, pa.table({"id": [1, 2], "name": ["a", "b"]}), mode="append")
+    write_deltalake(path, pa.table({"id": [3], "name": ["c"]}), mode="append")
+    write_deltalake(
+        path, pa.table({"id": [4], "name": ["d"], "score": [1.5]}),
+        mode="append", schema_mode="merge",
+    )
+    df = read_changes(spark, path, 1, 2)
+    assert df.columns == ["id", "name", "score"]
+    assert_same_rows(spark_rows(df), table_rows(pa.table(
+        {"id": [3, 4], "name": ["c", "d"], "score": [None, 1.5]})))
+    assert_same_rows(spark_rows(read_snapshot(spark, path)), oracle_rows(path))
+
+
+def test_wide_partitioning_with_every_type_and_nulls(spark, tmp_path, assert_same_rows):
+    path = str(tmp_path / "t")
+    n = 40
+    utc = dt.timezone.utc
+    table = pa.table({
+        "id": pa.array(range(n), pa.int64()),
+        "p_str": pa.array([None if i % 7 == 0 else f"v {i % 5}/%+é" for i in range(n)]),
+        "p_int": pa.array([i % 3 for i in range(n)], pa.int32()),
+        "p_byte": pa.array([i % 2 - 1 for i in range(n)], pa.int8()),
+        "p_bool": pa.array([None if i % 11 == 0 else i % 2 == 0 for i in range(n)]),
+        "p_date": pa.array([dt.date(2024, 1, 1 + i % 4) for i in range(n)]),
+        "p_ts": pa.array([dt.datetime(2024, 5, 1, 12, i % 3, 7, 123456, tzinfo=utc)
+                          for i in range(n)], pa.timestamp("us", tz="UTC")),
+        "p_dec": pa.array([Decimal(f"{i % 4}.25") for i in range(n)], pa.decimal128(6, 2)),
+        "p_double": pa.array([i % 2 + 0.5 for i in range(n)]),
+    })
+    partitions = [c for c in table.column_names if c.startswith("p_")]
+    write_deltalake(path, table.slice(0, 20), partition_by=partitions)
+    write_deltalake(path, table.slice(20), partition_by=partitions, mode="append")
+    assert len(DeltaTable(path).file_uris()) > 30
+    for version in (0, 1):
+        got = read_snapshot(spark, path, version=version)
+        assert got.columns == table.column_names
+        assert_same_rows(spark_rows(got), oracle_rows(path, version))
+    assert_same_rows(spark_rows(read_changes(spark, path, 1, 1)), table_rows(table.slice(20)))
+
+
+@pytest.mark.slow
+def test_five_thousand_small_files(spark, tmp_path, assert_same_rows):
+    path = str(tmp_path / "t")
+    files = 5000
+    table = pa.table({"id": pa.array(range(files), pa.int64()),
+                      "bucket": pa.array(range(files), pa.int32())})
+    write_deltalake(path, table.slice(0, 10), partition_by=["bucket"])
+    write_deltalake(path, table.slice(10), partition_by=["bucket"], mode="append")
+    df = read_changes(spark, path, 0, 1)
+    assert_same_rows(spark_rows(df), table_rows(table))
