@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from airflow.sdk import DAG, Asset, AssetWatcher, task
 
-from airflow_provider_delta.hooks.versions import head_commit_timestamp
+from airflow_provider_delta.core import commit_timestamp
 from airflow_provider_delta.triggers import DeltaVersionTrigger
 from airflow_provider_delta.triggers.delta_version import WATCHER_STATE_KEY
 
@@ -123,5 +123,5 @@ def test_a_new_commit_makes_exactly_one_asset_event(register_dag, growing_table,
     payload = events[0]["payload"]
     assert (payload["start_version"], payload["end_version"]) == (2, 2)
     assert payload["table_uri"] == table.uri and payload["status"] == "success"
-    assert payload["latest_commit_timestamp"] == head_commit_timestamp(table.uri, 2, None)
+    assert payload["latest_commit_timestamp"] == commit_timestamp(table.uri, 2)
     assert int(asset_state("delta_orders", WATCHER_STATE_KEY)) == 2

@@ -136,3 +136,32 @@ def test_execute_complete_events():
                                      "version 3 before the sensor's timeout."})
     with pytest.raises(DeltaProviderError, match="is not a Delta table"):
         sensor.execute_complete({}, {"status": "error", "message": "/t is not a Delta table"})
+
+
+def test_latest_commit_timestamp_is_the_in_commit_timestamp_where_enabled(tmp_path):
+    """With in-commit timestamps on, the commit's own timestamp wins over the file's mtime."""
+    import json
+    import os
+
+    from airflow_provider_delta.core import commit_timestamp
+
+    log = tmp_path / "ict" / "_delta_log"
+    log.mkdir(parents=True)
+    schema = {"type": "struct", "fields": [{"name": "id", "type": "long", "nullable": True, "metadata": {}}]}
+    actions = [
+        {"commitInfo": {"inCommitTimestamp": 1_700_000_000_123, "timestamp": 1_700_000_000_123,
+                        "operation": "CREATE TABLE"}},
+        {"protocol": {"minReaderVersion": 1, "minWriterVersion": 7,
+                      "writerFeatures": ["inCommitTimestamp"]}},
+        {"metaData": {"id": "ict-table", "format": {"provider": "parquet", "options": {}},
+                      "schemaString": json.dumps(schema), "partitionColumns": [],
+                      "configuration": {"delta.enableInCommitTimestamps": "true",
+                                        "delta.inCommitTimestampEnablementVersion": "0"},
+                      "createdTime": 1_700_000_000_000}},
+    ]
+    commit = log / f"{0:020d}.json"
+    commit.write_text("\n".join(json.dumps(a) for a in actions) + "\n")
+    os.utime(commit, (1_600_000_000, 1_600_000_000))  # a file time that must not be used
+    found = sensor_on(str(tmp_path / "ict"), initial="earliest").poke({}).xcom_value
+    assert found["latest_commit_timestamp"] == 1_700_000_000_123
+    assert found["latest_commit_timestamp"] == commit_timestamp(str(tmp_path / "ict"), 0)

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from airflow_provider_delta.hooks.versions import head_commit_timestamp
+from airflow_provider_delta.core import commit_timestamp
 from airflow_provider_delta.triggers import DeltaVersionTrigger
 
 
@@ -40,7 +40,7 @@ def test_fires_at_once_when_versions_are_already_there(growing_table):
     payload = first_event(DeltaVersionTrigger(table_uri=table.uri, start_version=1, fire_once=True))
     assert payload == {
         "status": "success", "table_uri": table.uri, "start_version": 1, "end_version": 2,
-        "latest_commit_timestamp": head_commit_timestamp(table.uri, 2, None),
+        "latest_commit_timestamp": commit_timestamp(table.uri, 2),
     }
 
 
