@@ -49,6 +49,20 @@ def shared_table(tmp_path):
     return copy
 
 
+# Commit times of time-travel-start-start20-start40 as the generator wrote them (epoch ms).
+TIME_TRAVEL_COMMIT_MS = (1540415658000, 1540415658000 + 20 * 60_000, 1540415658000 + 40 * 60_000)
+
+
+@pytest.fixture
+def time_travel_table(shared_table):
+    """A copy of ``time-travel-start-start20-start40`` with its commit files' times restored."""
+    path = shared_table("delta-golden/time-travel-start-start20-start40")
+    for version, millis in enumerate(TIME_TRAVEL_COMMIT_MS):
+        commit = os.path.join(path, "_delta_log", f"{version:020d}.json")
+        os.utime(commit, (millis / 1000, millis / 1000))
+    return path
+
+
 @pytest.fixture(scope="session")
 def spark():
     """One local SparkSession for the whole run, in UTC."""
