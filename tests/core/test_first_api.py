@@ -12,6 +12,7 @@ from airflow_provider_delta.core import (
     commit_timestamp, latest_version, plan_changes, plan_snapshot, split_batches, version_at,
 )
 from airflow_provider_delta.errors import DataChangeError, LogGapError
+from tests.conftest import TIME_TRAVEL_COMMIT_MS
 
 
 def test_latest_version_with_and_without_hint(shared_table):
@@ -57,14 +58,10 @@ def test_gap_raises(shared_table):
         plan_changes(shared_table("delta-golden/versions-not-contiguous"), 0, 2)
 
 
-def test_version_at_uses_file_times(shared_table):
-    path = shared_table("delta-golden/time-travel-start-start20-start40")
-    start_ms = 1540415658000
-    for version in range(3):
-        commit = os.path.join(path, "_delta_log", f"{version:020d}.json")
-        seconds = (start_ms + version * 20 * 60 * 1000) / 1000
-        os.utime(commit, (seconds, seconds))
-    assert commit_timestamp(path, 1) == start_ms + 20 * 60 * 1000
+def test_version_at_uses_file_times(time_travel_table):
+    path = time_travel_table
+    start_ms = TIME_TRAVEL_COMMIT_MS[0]
+    assert commit_timestamp(path, 1) == TIME_TRAVEL_COMMIT_MS[1]
     start = dt.datetime.fromtimestamp(start_ms / 1000, dt.timezone.utc)
     assert version_at(path, start + dt.timedelta(minutes=25)) == 1
     assert version_at(path, (start + dt.timedelta(minutes=40)).isoformat()) == 2
