@@ -7,10 +7,12 @@ tables. Goals: the 100k/100 ratio of the poke stays <= 1.5; the factor by which 
 beats deltalake is printed per size.
 
 The watermark comes from a fixed in-memory store so that only the table-side cost is
-measured (reading an XCom or Variable costs the same whatever the table's size).
+measured (reading an XCom or Variable costs the same whatever the table's size). The same
+poke is then measured on S3 copies of the logs (a local moto server; ``--s3-sizes``, default
+100 and 10,000 commits, '' to skip; uploading takes a while).
 
 Run: ``.venv/bin/python benchmarks/bench_sensor.py [--sizes 100,100000] [--repeat 50]
-[--workdir DIR]``. Tables are generated once into ``--workdir`` and reused (shared with
+[--s3-sizes 100,10000] [--workdir DIR]``. Tables are generated once into ``--workdir`` and reused (shared with
 bench_core.py); the 100,000-commit table takes about a minute to write.
 """
 
@@ -25,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_core import median_seconds, print_side_by_side  # noqa: E402
+from bench_core import _upload_log, median_seconds, print_side_by_side  # noqa: E402
 from core_tables import build_table  # noqa: E402
 from deltalake import DeltaTable  # noqa: E402
 
@@ -49,14 +51,52 @@ class FixedWatermark(WatermarkStore):
         raise NotImplementedError("the benchmark never advances its watermark")
 
 
-def poking_sensor(path: Path, commits: int) -> DeltaVersionSensor:
-    uri = str(path)
+def poking_sensor(uri: str, commits: int,
+                  storage_options: dict[str, str] | None = None) -> DeltaVersionSensor:
     sensor = DeltaVersionSensor(task_id=f"sense_{commits}", table_uri=uri,
                                 watermark_store="variable")
     sensor.store = FixedWatermark(uri, commits - 1 - NEW_VERSIONS)
+    sensor.storage_options = storage_options  # what DeltaHook would give from a connection
     found = sensor.poke({}).xcom_value
     assert (found["start_version"], found["end_version"]) == (commits - NEW_VERSIONS, commits - 1)
     return sensor
+
+
+def bench_pokes(uris: dict[int, str], repeat: int,
+                storage_options: dict[str, str] | None = None) -> dict[int, tuple[float, float]]:
+    """Median poke time and DeltaTable().version() time per table size."""
+    sensors = {n: poking_sensor(uri, n, storage_options) for n, uri in uris.items()}
+    ours = median_seconds({n: (lambda s=s: s.poke({})) for n, s in sensors.items()}, repeat)
+    theirs = median_seconds(
+        {n: (lambda u=u: DeltaTable(u, storage_options=storage_options).version())
+         for n, u in uris.items()},
+        max(3, repeat // 10),
+    )
+    return {n: (ours[n], theirs[n]) for n in uris}
+
+
+def bench_s3_pokes(tables: dict[int, Path], repeat: int) -> dict[int, tuple[float, float]]:
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        options = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench",
+                   "AWS_REGION": "us-east-1", "AWS_ENDPOINT_URL": f"http://{host}:{port}",
+                   "AWS_ALLOW_HTTP": "true"}
+        uris = {n: _upload_log(path, f"s3://bench/commits-{n}", options)
+                for n, path in tables.items()}
+        return bench_pokes(uris, repeat, options)
+    finally:
+        server.stop()
+
+
+def print_results(title: str, results: dict[int, tuple[float, float]]) -> None:
+    print_side_by_side(title, results, " (goal <= 1.5)")
+    for commits, (poke, version) in results.items():
+        print(f"  {commits:>9} commits: the poke is {version / poke:,.1f}x faster than deltalake")
 
 
 def main() -> None:
@@ -64,6 +104,8 @@ def main() -> None:
     parser.add_argument("--sizes", default="100,100000", help="commit counts of the tables")
     parser.add_argument("--workdir", default=str(Path(tempfile.gettempdir()) / "core-bench-tables"))
     parser.add_argument("--repeat", type=int, default=50)
+    parser.add_argument("--s3-sizes", default="100,10000",
+                        help="commit counts of the S3 tables ('' to skip)")
     args = parser.parse_args()
     logging.getLogger("airflow_provider_delta").setLevel(logging.WARNING)  # one line per poke
     sizes = sorted(int(s) for s in args.sizes.split(","))
@@ -73,21 +115,15 @@ def main() -> None:
         tables[commits] = build_table(Path(args.workdir) / f"commits-{commits}", commits)
         print(f"table of {commits:>7} commits ready in {time.perf_counter() - started:6.1f} s")
 
-    sensors = {n: poking_sensor(path, n) for n, path in tables.items()}
-    ours = median_seconds({n: (lambda s=s: s.poke({})) for n, s in sensors.items()}, args.repeat)
-    theirs = median_seconds(
-        {n: (lambda p=str(p): DeltaTable(p).version()) for n, p in tables.items()},
-        max(3, args.repeat // 10),
-    )
-    results = {n: (ours[n], theirs[n]) for n in sizes}
-    print_side_by_side(
+    print_results(
         f"DeltaVersionSensor.poke (watermark {NEW_VERSIONS} below the head), local; "
         "deltalake: DeltaTable().version()",
-        results, " (goal <= 1.5)",
+        bench_pokes({n: str(path) for n, path in tables.items()}, args.repeat),
     )
-    for commits, (poke, version) in results.items():
-        print(f"  {commits:>9} commits: the poke is {version / poke:,.0f}x faster than deltalake")
-
+    s3_sizes = sorted(int(s) for s in args.s3_sizes.split(",") if s)
+    if s3_sizes:
+        s3_tables = {n: build_table(Path(args.workdir) / f"commits-{n}", n) for n in s3_sizes}
+        print_results("the same on S3 (moto server)", bench_s3_pokes(s3_tables, args.repeat))
 
 if __name__ == "__main__":
     main()
