@@ -20,17 +20,17 @@ Tables are generated once into ``--workdir`` and reused (see core_tables.py); th
 from __future__ import annotations
 
 import argparse
-import logging
 import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from core_s3 import moto_s3_logs  # noqa: E402
+from core_s3 import upload_log as _upload_log  # noqa: E402,F401 (bench_sensor imports it)
 from core_tables import build_table, build_wide_table  # noqa: E402
 from deltalake import DeltaTable  # noqa: E402
 
@@ -91,48 +91,14 @@ def bench_s3_latest_version(tables: dict[int, Path], repeat: int
     The server is moto: its start-after listing filters every key of the bucket in Python,
     so even a start-after request costs more on a bigger log there (S3 itself seeks).
     """
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        options = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench",
-                   "AWS_REGION": "us-east-1", "AWS_ENDPOINT_URL": f"http://{host}:{port}",
-                   "AWS_ALLOW_HTTP": "true"}
-        uris = {n: _upload_log(path, f"s3://bench/commits-{n}", options)
-                for n, path in tables.items()}
+    with moto_s3_logs(tables) as (options, uris):
         for commits, uri in uris.items():
             assert latest_version(uri, since=commits - 2, storage_options=options) == commits - 1
         ours = median_seconds({n: _remote_latest(uri, n, options) for n, uri in uris.items()},
                               repeat)
         theirs = median_seconds({n: _remote_deltalake(uri, options) for n, uri in uris.items()},
                                 max(3, repeat // 10))
-        return {n: (ours[n], theirs[n]) for n in uris}
-    finally:
-        server.stop()
-
-
-def _upload_log(path: Path, uri: str, options: dict[str, str]) -> str:
-    import boto3
-    import obstore
-    from obstore.store import from_url
-
-    bucket = uri.split("/")[2]
-    boto3.client("s3", endpoint_url=options["AWS_ENDPOINT_URL"], region_name="us-east-1",
-                 aws_access_key_id="bench", aws_secret_access_key="bench",
-                 ).create_bucket(Bucket=bucket)
-    store = from_url(uri + "/", config={"aws_access_key_id": "bench",
-                                        "aws_secret_access_key": "bench",
-                                        "aws_region": "us-east-1",
-                                        "aws_endpoint_url": options["AWS_ENDPOINT_URL"]},
-                     client_options={"allow_http": True})
-    names = sorted(p.name for p in (path / "_delta_log").iterdir())
-    with ThreadPoolExecutor(max_workers=16) as pool:
-        list(pool.map(lambda name: obstore.put(
-            store, f"_delta_log/{name}", (path / "_delta_log" / name).read_bytes()), names))
-    return uri
+    return {n: (ours[n], theirs[n]) for n in uris}
 
 
 def _remote_latest(uri: str, commits: int, options: dict[str, str]) -> Callable[[], int]:
