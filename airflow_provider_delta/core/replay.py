@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import io
 import logging
-import os
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
