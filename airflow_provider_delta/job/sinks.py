@@ -93,11 +93,14 @@ class FormatSink(Sink):
         return max(ends, default=None)
 
     def write(self, df: DataFrame | None, start_version: int, end_version: int) -> SinkWrite:
-        folder = f"{spark_uri(self.spec.path)}/source_versions={start_version}-{end_version}"
+        folder = f"source_versions={start_version}-{end_version}"
         writer = df.write.mode("overwrite").format(self.spec.format).options(**self.spec.options)
-        writer.partitionBy(*self.spec.partition_by).save(folder)
-        rows = df.sparkSession.read.format(self.spec.format).options(**self.spec.options)
-        return SinkWrite(rows=rows.load(folder).count())
+        writer.partitionBy(*self.spec.partition_by).save(f"{spark_uri(self.spec.path)}/{folder}")
+        if self.spec.format == "parquet":  # footers hold the counts: no second Spark job
+            files = written_parquet_files(self.spec.path, folder, self.spec.storage_options)
+            return SinkWrite(rows=sum(rows for _, _, rows in files))
+        written = df.sparkSession.read.format(self.spec.format).options(**self.spec.options)
+        return SinkWrite(rows=written.load(f"{spark_uri(self.spec.path)}/{folder}").count())
 
 
 class DeltaAppendSink(Sink):
@@ -158,23 +161,19 @@ class DeltaAppendSink(Sink):
         return SinkWrite(rows=rows, sink_version=self._table().version())
 
     def _staged_add_actions(self, staging: str) -> tuple[list[AddAction], int]:
-        store = store_for(self.uri, self.spec.storage_options)
-        adds, rows = [], 0
-        for meta in list_files(self.uri, staging, self.spec.storage_options):
-            relative = meta["path"][len(staging) + 1:]
-            if any(part.startswith(("_", ".")) for part in relative.split("/")):
-                continue  # _SUCCESS, Hadoop's .crc files
-            num_records = _parquet_num_rows(store, meta["path"], meta["size"])
-            rows += num_records
-            adds.append(AddAction(
+        files = written_parquet_files(self.uri, staging, self.spec.storage_options)
+        adds = [
+            AddAction(
                 path=meta["path"],
                 size=meta["size"],
                 partition_values=_partition_values(relative),
                 modification_time=int(meta["last_modified"].timestamp() * 1000),
                 data_change=True,
-                stats=json.dumps({"numRecords": num_records}),
-            ))
-        return adds, rows
+                stats=json.dumps({"numRecords": rows}),
+            )
+            for meta, relative, rows in files
+        ]
+        return adds, sum(rows for _, _, rows in files)
 
     def _commit(self, adds: list[AddAction], schema: pa.Schema, partition_by: list[str],
                 start_version: int, end_version: int) -> None:
@@ -229,6 +228,19 @@ def _partition_values(relative_path: str) -> dict[str, str | None]:
         value = unquote(raw)
         values[unquote(key)] = None if value == HIVE_NULL else value
     return values
+
+
+def written_parquet_files(root: str, folder: str, storage_options: dict[str, str] | None
+                          ) -> list[tuple[dict[str, Any], str, int]]:
+    """(obstore metadata, path inside ``folder``, row count) of each data file Spark wrote."""
+    store = store_for(root, storage_options)
+    files = []
+    for meta in list_files(root, folder, storage_options):
+        relative = meta["path"][len(folder) + 1:]
+        if any(part.startswith(("_", ".")) for part in relative.split("/")):
+            continue  # _SUCCESS, Hadoop's .crc files
+        files.append((meta, relative, _parquet_num_rows(store, meta["path"], meta["size"])))
+    return files
 
 
 def _parquet_num_rows(store: Any, path: str, size: int) -> int:
