@@ -33,6 +33,8 @@ _CLIENT_OPTION_KEYS = {
     "allow_http", "allow_invalid_certificates", "connect_timeout", "timeout",
     "pool_idle_timeout", "proxy_url", "user_agent", "http1_only", "http2_only",
 }
+# Spark's Hadoop names for S3; obstore knows the bucket as s3://. Paths keep the given scheme.
+_HADOOP_S3_SCHEMES = {"s3a": "s3", "s3n": "s3"}
 _TRANSIENT_ERRORS = (obstore.exceptions.GenericError,)
 
 
@@ -113,7 +115,9 @@ class TableLocation:
     def store(self) -> ObjectStore:
         """The obstore store rooted at the table (local tables are read with plain file I/O)."""
         config, client = split_storage_options(self.storage_options)
-        return from_url(self.root_uri + "/", config=config or None, client_options=client or None)
+        scheme, _, rest = self.root_uri.partition("://")
+        url = f"{_HADOOP_S3_SCHEMES.get(scheme, scheme)}://{rest}/"
+        return from_url(url, config=config or None, client_options=client or None)
 
     @property
     def is_local(self) -> bool:

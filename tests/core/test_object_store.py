@@ -87,6 +87,10 @@ def test_remote_commit_times_and_errors(shared_table, upload, s3_options):
 
     assert version_at(uri, datetime.fromtimestamp(second / 1000, timezone.utc),
                       storage_options=s3_options) == 1
+    hadoop_uri = uri.replace("s3://", "s3a://")  # Spark's scheme: listed as s3, paths kept
+    assert latest_version(hadoop_uri, storage_options=s3_options) == 1
+    assert all(f.path.startswith(hadoop_uri + "/")
+               for f in plan_changes(hadoop_uri, 0, storage_options=s3_options))
     gap = upload(shared_table("delta-rs-errors/table_c"), "gap")
     with pytest.raises(LogGapError):
         latest_version(gap, storage_options=s3_options)
