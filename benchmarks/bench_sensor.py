@@ -27,7 +27,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_core import _upload_log, median_seconds, print_side_by_side  # noqa: E402
+from bench_core import median_seconds, print_side_by_side  # noqa: E402
+from core_s3 import moto_s3_logs  # noqa: E402
 from core_tables import build_table  # noqa: E402
 from deltalake import DeltaTable  # noqa: E402
 
@@ -76,21 +77,8 @@ def bench_pokes(uris: dict[int, str], repeat: int,
 
 
 def bench_s3_pokes(tables: dict[int, Path], repeat: int) -> dict[int, tuple[float, float]]:
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        options = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench",
-                   "AWS_REGION": "us-east-1", "AWS_ENDPOINT_URL": f"http://{host}:{port}",
-                   "AWS_ALLOW_HTTP": "true"}
-        uris = {n: _upload_log(path, f"s3://bench/commits-{n}", options)
-                for n, path in tables.items()}
+    with moto_s3_logs(tables) as (options, uris):
         return bench_pokes(uris, repeat, options)
-    finally:
-        server.stop()
 
 
 def print_results(title: str, results: dict[int, tuple[float, float]]) -> None:

@@ -7,7 +7,11 @@ import logging
 from collections.abc import Mapping
 from typing import TypedDict
 
-from airflow_provider_delta.errors import VersionNotAvailableError
+import obstore
+
+from airflow_provider_delta.core.storage import LOG_DIR, TableLocation, commit_name
+from airflow_provider_delta.core.versions import newest_version
+from airflow_provider_delta.errors import TransientStorageError, VersionNotAvailableError
 
 log = logging.getLogger(__name__)
 
@@ -21,63 +25,70 @@ class VersionRange(TypedDict):
     latest_commit_timestamp: int  # epoch milliseconds of ``end_version``'s commit
 
 
-def fetch_latest_version(
-    table_uri: str, *, since: int | None, storage_options: Mapping[str, str] | None
-) -> int:
-    """The table's latest version, listing ``_delta_log`` only from ``since`` onward."""
-    from airflow_provider_delta.core import latest_version
+class VersionProbe:
+    """Cheap questions about a table's head, on one open store (reused from poke to poke).
 
-    return latest_version(table_uri, since=since, storage_options=_plain(storage_options))
-
-
-def new_version_range(
-    table_uri: str,
-    start_version: int,
-    latest: int,
-    *,
-    min_new_versions: int = 1,
-    storage_options: Mapping[str, str] | None = None,
-) -> VersionRange | None:
-    """The range ``start_version..latest`` if it holds at least ``min_new_versions`` commits."""
-    new_versions = latest - start_version + 1
-    if new_versions < min_new_versions:
-        log.info(
-            "%s: %d new version(s) from %d (latest %d), waiting for %d",
-            table_uri, max(new_versions, 0), start_version, latest, min_new_versions,
-        )
-        return None
-    log.info("%s: new versions %d..%d", table_uri, start_version, latest)
-    return VersionRange(
-        table_uri=table_uri,
-        start_version=start_version,
-        end_version=latest,
-        latest_commit_timestamp=head_commit_timestamp(table_uri, latest, _plain(storage_options)),
-    )
-
-
-def head_commit_timestamp(
-    table_uri: str, version: int, storage_options: dict[str, str] | None
-) -> int:
-    """Epoch ms of a commit, from that commit alone: its in-commit timestamp, else its file time.
-
-    ``core.commit_timestamp`` replays the table's metadata and lists the whole log to apply
-    Delta's "strictly increasing" adjustment to file times; a poke must cost what is new
-    only. Where in-commit timestamps are on, Delta writes ``commitInfo`` (carrying
-    ``inCommitTimestamp``) as the commit's first line, so one read settles it.
+    A poke costs one listing from the watermark on (``core.latest_version``'s rule) and one
+    read of the head commit: never a log replay, whatever the table's history.
     """
-    from airflow_provider_delta.core.storage import TableLocation, commit_name
 
-    location = TableLocation(table_uri, storage_options)
-    raw = location.read_log_file(commit_name(version))
-    if raw is None:
-        raise VersionNotAvailableError(table_uri, version, None, None,
-                                       hint="The commit vanished while sensing; poke again.")
-    first_action = json.loads(raw.split(b"\n", 1)[0] or b"{}")
-    in_commit = (first_action.get("commitInfo") or {}).get("inCommitTimestamp")
-    if in_commit is not None:
-        return int(in_commit)
-    return location.commit_mtime_ms(version)
+    def __init__(self, table_uri: str, storage_options: Mapping[str, str] | None = None):
+        self.table_uri = table_uri
+        self.location = TableLocation(table_uri, dict(storage_options) if storage_options else None)
 
+    def latest(self, since: int | None) -> int:
+        """The latest version, listing ``_delta_log`` only from ``since`` (a known version) on."""
+        return newest_version(self.location, since)
 
-def _plain(storage_options: Mapping[str, str] | None) -> dict[str, str] | None:
-    return dict(storage_options) if storage_options else None
+    def new_range(self, start_version: int, latest: int, min_new_versions: int = 1
+                  ) -> VersionRange | None:
+        """The range ``start_version..latest`` if it holds at least ``min_new_versions`` commits."""
+        new_versions = latest - start_version + 1
+        if new_versions < min_new_versions:
+            log.info(
+                "%s: %d new version(s) from %d (latest %d), waiting for %d",
+                self.table_uri, max(new_versions, 0), start_version, latest, min_new_versions,
+            )
+            return None
+        log.info("%s: new versions %d..%d", self.table_uri, start_version, latest)
+        return VersionRange(
+            table_uri=self.table_uri,
+            start_version=start_version,
+            end_version=latest,
+            latest_commit_timestamp=self.commit_timestamp(latest),
+        )
+
+    def commit_timestamp(self, version: int) -> int:
+        """Epoch ms of a commit, from that commit alone: its in-commit timestamp, else its file time.
+
+        ``core.commit_timestamp`` replays the table's metadata and lists the whole log to apply
+        Delta's "strictly increasing" adjustment to file times; a poke must cost what is new
+        only. Where in-commit timestamps are on, Delta writes ``commitInfo`` (carrying
+        ``inCommitTimestamp``) as the commit's first line, so one read settles it.
+        """
+        raw, file_time_ms = self._read_commit(version)
+        first_action = json.loads(raw.split(b"\n", 1)[0] or b"{}")
+        in_commit = (first_action.get("commitInfo") or {}).get("inCommitTimestamp")
+        return int(in_commit) if in_commit is not None else file_time_ms
+
+    def _read_commit(self, version: int) -> tuple[bytes, int]:
+        """The commit's bytes and modification time (one GET on object stores)."""
+        if self.location.is_local:
+            raw = self.location.read_log_file(commit_name(version))
+            mtime = self.location.commit_mtime_ms(version)
+            if raw is None or mtime is None:
+                raise self._vanished(version)
+            return raw, mtime
+        try:
+            result = obstore.get(self.location.store, f"{LOG_DIR}/{commit_name(version)}")
+            return bytes(result.bytes()), int(result.meta["last_modified"].timestamp() * 1000)
+        except FileNotFoundError:
+            raise self._vanished(version) from None
+        except obstore.exceptions.GenericError as err:
+            raise TransientStorageError(self.table_uri, str(err)) from err
+
+    def _vanished(self, version: int) -> VersionNotAvailableError:
+        return VersionNotAvailableError(
+            self.table_uri, version, None, None,
+            hint="The commit vanished while sensing (log cleanup?); poke again.",
+        )

@@ -12,12 +12,7 @@ from airflow.sdk.exceptions import AirflowSensorTimeout
 
 from airflow_provider_delta.errors import DeltaProviderError, VersionNotAvailableError
 from airflow_provider_delta.hooks.delta import DeltaHook
-from airflow_provider_delta.hooks.versions import (
-    VersionRange,
-    fetch_latest_version,
-    head_commit_timestamp,
-    new_version_range,
-)
+from airflow_provider_delta.hooks.versions import VersionProbe, VersionRange
 from airflow_provider_delta.triggers.delta_version import DeltaVersionTrigger
 from airflow_provider_delta.watermarks import (
     STORE_KINDS,
@@ -175,14 +170,9 @@ class DeltaVersionSensor(BaseSensorOperator):
     def _find_new_versions(self, context: Context) -> tuple[int, VersionRange | None]:
         """The first version to wait for, and the new range if there is one already."""
         watermark = self.store.read(context)
-        latest = fetch_latest_version(
-            self.table_uri, since=watermark, storage_options=self.storage_options
-        )
+        latest = self.probe.latest(since=watermark)
         start_version = self._start_version(context, watermark, latest)
-        return start_version, new_version_range(
-            self.table_uri, start_version, latest,
-            min_new_versions=self.min_new_versions, storage_options=self.storage_options,
-        )
+        return start_version, self.probe.new_range(start_version, latest, self.min_new_versions)
 
     def _start_version(self, context: Context, watermark: int | None, latest: int) -> int:
         if watermark is None and self.initial == "latest":
@@ -215,9 +205,7 @@ class DeltaVersionSensor(BaseSensorOperator):
         except VersionNotAvailableError as err:
             # Time travel refuses moments after the head commit; for a sensor that is the head.
             head = err.latest
-            if head is not None and moment.timestamp() * 1000 >= head_commit_timestamp(
-                self.table_uri, head, self.storage_options
-            ):
+            if head is not None and moment.timestamp() * 1000 >= self.probe.commit_timestamp(head):
                 return head
             return -1 if err.earliest is None else err.earliest - 1
 
@@ -225,3 +213,8 @@ class DeltaVersionSensor(BaseSensorOperator):
     def storage_options(self) -> dict[str, str] | None:
         """Object-store options from ``delta_conn_id`` (at run time only; never templated)."""
         return self.hook.get_storage_options() if self.hook else None
+
+    @cached_property
+    def probe(self) -> VersionProbe:
+        """The table's log, opened once and reused by every poke of this task run."""
+        return VersionProbe(self.table_uri, self.storage_options)

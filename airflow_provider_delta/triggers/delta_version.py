@@ -30,11 +30,7 @@ from typing import Any
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
 from airflow_provider_delta.errors import DeltaProviderError, WatermarkError
-from airflow_provider_delta.hooks.versions import (
-    VersionRange,
-    fetch_latest_version,
-    new_version_range,
-)
+from airflow_provider_delta.hooks.versions import VersionProbe, VersionRange
 from airflow_provider_delta.watermarks import Initial, resolve_start_version, validate_initial
 
 WATCHER_STATE_KEY = "delta_announced_version"
@@ -106,16 +102,16 @@ class DeltaVersionTrigger(BaseEventTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         try:
-            storage_options = await self._storage_options()
+            probe = VersionProbe(self.table_uri, await self._storage_options())
             start_version = self.start_version
             if start_version is None:
-                start_version = await self._start_from_watermark(storage_options)
+                start_version = await self._start_from_watermark(probe)
         except DeltaProviderError as err:
             if not self.fire_once:
                 raise
             yield self._error_event(err)
             return
-        async for found in self._new_ranges(start_version, storage_options):
+        async for found in self._new_ranges(start_version, probe):
             if isinstance(found, DeltaProviderError):
                 yield self._error_event(found)
                 return
@@ -130,7 +126,7 @@ class DeltaVersionTrigger(BaseEventTrigger):
             start_version = found["end_version"] + 1
 
     async def _new_ranges(
-        self, start_version: int, storage_options: dict[str, str] | None
+        self, start_version: int, probe: VersionProbe
     ) -> AsyncIterator[VersionRange | DeltaProviderError | None]:
         """Poll until a range is found; ``None`` means timed out, an error means give up."""
         failures = 0
@@ -139,7 +135,7 @@ class DeltaVersionTrigger(BaseEventTrigger):
                 yield None
                 return
             try:
-                found = await asyncio.to_thread(self._check, start_version, storage_options)
+                found = await asyncio.to_thread(self._check, probe, start_version)
                 failures = 0
             except DeltaProviderError as err:
                 if err.permanent:
@@ -156,15 +152,9 @@ class DeltaVersionTrigger(BaseEventTrigger):
                 continue
             await asyncio.sleep(self._next_wait(failures))
 
-    def _check(
-        self, start_version: int, storage_options: dict[str, str] | None
-    ) -> VersionRange | None:
-        since = start_version - 1 if start_version > 0 else None
-        latest = fetch_latest_version(self.table_uri, since=since, storage_options=storage_options)
-        return new_version_range(
-            self.table_uri, start_version, latest,
-            min_new_versions=self.min_new_versions, storage_options=storage_options,
-        )
+    def _check(self, probe: VersionProbe, start_version: int) -> VersionRange | None:
+        latest = probe.latest(since=start_version - 1 if start_version > 0 else None)
+        return probe.new_range(start_version, latest, self.min_new_versions)
 
     def _next_wait(self, failures: int) -> float:
         wait = min(self.poll_interval * 2**failures, max(self.max_backoff, self.poll_interval))
@@ -179,7 +169,7 @@ class DeltaVersionTrigger(BaseEventTrigger):
 
         return await DeltaHook(self.delta_conn_id).aget_storage_options()
 
-    async def _start_from_watermark(self, storage_options: dict[str, str] | None) -> int:
+    async def _start_from_watermark(self, probe: VersionProbe) -> int:
         """A watcher's first version: after its stored watermark, else as ``initial`` says."""
         watermark = None
         if self.asset_state_store is not None:
@@ -190,9 +180,7 @@ class DeltaVersionTrigger(BaseEventTrigger):
                     "version; clear the asset's state to start over.",
                     table_uri=self.table_uri,
                 )
-        latest = await asyncio.to_thread(
-            fetch_latest_version, self.table_uri, since=watermark, storage_options=storage_options
-        )
+        latest = await asyncio.to_thread(probe.latest, watermark)
         start = resolve_start_version(
             watermark, initial=self.initial, latest=latest, table_uri=self.table_uri
         )
