@@ -1,4 +1,4 @@
-"""The demo: ``python -m dags_examples.demo`` from the repository root (or ``bash scripts/dev.sh demo``).
+"""The demo: ``python -m dags_examples.demo`` in the repository root (``bash scripts/dev.sh demo``).
 
 Everything runs on this machine, in ``./.demo/`` (wiped at every start): an Airflow home with a
 SQLite metadata DB, a Delta source table written with ``deltalake``, and a Delta target table.
@@ -69,7 +69,9 @@ def build_dag():
             target=str(TARGET), partition_by=["country"],
             sql="select order_id, amount, country, amount * 0.2 as tax from changes",
             conn_id="spark_demo",
-            conf={"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2", "spark.log.level": "WARN",
+            conf={"spark.ui.enabled": "false", "spark.log.level": "WARN",
+                  "spark.sql.shuffle.partitions": "2",
+                  # a short job: C1-only JIT and the serial GC start the JVM faster
                   "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"},
             **watermark,
         )

@@ -110,7 +110,8 @@ def main(argv: list[str]) -> int:
     """Entry point under ``spark-submit``: read the spec, run it, write the result."""
     from pyspark.sql import SparkSession
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     spec_uri, result_uri = argv
     spec = JobSpec.from_json(read_text(spec_uri))
     spark = SparkSession.builder.appName(f"delta-load {spec.table_uri}").getOrCreate()

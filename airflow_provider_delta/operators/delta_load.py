@@ -57,7 +57,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class LoadRequest:
-    """What one task run asks of Spark: a range or a snapshot, and whether it moves the watermark."""
+    """One task run's request: a range or a snapshot, and whether it moves the watermark."""
 
     mode: str  # "changes" or "snapshot"
     start_version: int
@@ -180,7 +180,8 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
         """Write the spec, run the driver through spark-submit, read its result."""
         work_dir = self.work_dir or tempfile.mkdtemp(prefix="delta-job-")
         # Stable per task run: a durable retry that reconnects to a running job finds its result.
-        run_name = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{self.dag_id}.{self.task_id}.{context['run_id']}")
+        run_name = f"{self.dag_id}.{self.task_id}.{context['run_id']}"
+        run_name = re.sub(r"[^A-Za-z0-9_.-]", "_", run_name)
         run_dir = f"{to_uri(work_dir)}/{run_name}"
         spec_uri, result_uri = f"{run_dir}/spec.json", f"{run_dir}/result.json"
         write_text(spec_uri, spec.to_json())

@@ -1,10 +1,18 @@
-"""Helpers for the operator tests: the deltalake/DataFusion oracle and Delta tables to load."""
+"""Helpers for the operator tests: the deltalake/DataFusion oracle, source tables, DAG runs."""
 
 from __future__ import annotations
 
+import itertools
+import json
+import os
+import sys
 from collections import Counter
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
-from deltalake import DeltaTable, QueryBuilder
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, QueryBuilder, write_deltalake
 
 
 def delta_rows(table_uri: str, version: int | None = None) -> Counter:
@@ -14,16 +22,6 @@ def delta_rows(table_uri: str, version: int | None = None) -> Counter:
     columns = [result.column(i).to_pylist() for i in range(result.num_columns)]
     return Counter(zip(*columns))
 
-
-import itertools
-import os
-import sys
-from datetime import datetime, timedelta, timezone
-from pathlib import Path
-
-import pyarrow as pa
-import pytest
-from deltalake import write_deltalake
 
 TESTS_DIR = Path(__file__).resolve().parent
 SPARK_CONF = {
@@ -95,12 +93,12 @@ def result_of(run, task_id: str, key: str = "return_value"):
 
 
 def states(run) -> dict[str, str]:
+    """``{task_id: state}`` of a finished DagRun."""
     return {ti.task_id: ti.state for ti in run.get_task_instances()}
 
 
 def watermark(variable: str) -> dict | None:
-    import json
-
+    """The JSON watermark Variable, None when there is none."""
     from airflow.models import Variable
 
     text = Variable.get(variable, default_var=None)

@@ -61,7 +61,8 @@ def test_crash_at_each_step_then_rerun_loads_each_row_once(spark_local_conn, dag
     # Each row lands tagged with the version that added it: snapshot(v) minus snapshot(v - 1).
     expected = Counter()
     for version in range(4):
-        added = delta_rows(source, version) - (delta_rows(source, version - 1) if version else Counter())
+        before = delta_rows(source, version - 1) if version else Counter()
+        added = delta_rows(source, version) - before
         expected.update({row + (version,): n for row, n in added.items()})
     assert sum(expected.values()) == 8
 

@@ -49,9 +49,24 @@ def test_first_run_snapshot_then_only_new_versions(spark_local_conn, dag_run, tm
     assert watermark("wm_incremental") == {source: 3}
     expected.update({(5, "n5", 2): 1, (6, None, 2): 1, (7, "n7", 3): 1})
     assert delta_rows(target) == expected
+    assert _last_asset_event_extra(target) == {
+        "source_table": source, "source_start_version": 2, "source_end_version": 3,
+        "sink_version": 2,
+    }
 
     third = dag_run(dag)
     assert states(third) == {"load": "success"}
     assert result_of(third, "load")["batches"] == []
     assert watermark("wm_incremental") == {source: 3}
     assert delta_rows(target) == expected
+
+
+def _last_asset_event_extra(target: str) -> dict:
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        query = (select(AssetEvent.extra).join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+                 .where(AssetModel.uri == f"file://{target}").order_by(AssetEvent.id.desc()))
+        return session.scalars(query).first()

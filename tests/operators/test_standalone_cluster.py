@@ -62,7 +62,8 @@ def standalone_master(tmp_path):
         deadline = time.monotonic() + 120
         while _alive_workers(ui_port) < 1:
             if time.monotonic() > deadline:
-                pytest.fail(f"standalone cluster did not start: {(tmp_path / 'daemons.log').read_text()[-2000:]}")
+                log = (tmp_path / "daemons.log").read_text()[-2000:]
+                pytest.fail(f"standalone cluster did not start: {log}")
             time.sleep(1)
         yield port
     finally:
