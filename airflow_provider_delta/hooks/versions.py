@@ -9,6 +9,8 @@ from typing import TypedDict
 
 import obstore
 
+from airflow_provider_delta.core.protocol import check_protocol
+from airflow_provider_delta.core.replay import replay
 from airflow_provider_delta.core.storage import LOG_DIR, TableLocation, commit_name
 from airflow_provider_delta.core.versions import newest_version
 from airflow_provider_delta.errors import TransientStorageError, VersionNotAvailableError
@@ -29,16 +31,24 @@ class VersionProbe:
     """Cheap questions about a table's head, on one open store (reused from poke to poke).
 
     A poke costs one listing from the watermark on (``core.latest_version``'s rule) and one
-    read of the head commit: never a log replay, whatever the table's history.
+    read of the head commit: never a log replay, whatever the table's history. Only the
+    first poke of a probe also replays the head's protocol (from the newest checkpoint), to
+    refuse tables this provider cannot read -- above all catalog-managed ones, whose newest
+    commits are not in ``_delta_log`` at all, so a sensor would wait for them forever.
     """
 
     def __init__(self, table_uri: str, storage_options: Mapping[str, str] | None = None):
         self.table_uri = table_uri
         self.location = TableLocation(table_uri, dict(storage_options) if storage_options else None)
+        self._protocol_checked = False
 
     def latest(self, since: int | None) -> int:
         """The latest version, listing ``_delta_log`` only from ``since`` (a known version) on."""
-        return newest_version(self.location, since)
+        version = newest_version(self.location, since)
+        if not self._protocol_checked:
+            check_protocol(self.table_uri, replay(self.location, version).protocol or {}, version)
+            self._protocol_checked = True
+        return version
 
     def new_range(self, start_version: int, latest: int, min_new_versions: int = 1
                   ) -> VersionRange | None:

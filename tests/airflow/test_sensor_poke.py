@@ -165,3 +165,29 @@ def test_latest_commit_timestamp_is_the_in_commit_timestamp_where_enabled(tmp_pa
     found = sensor_on(str(tmp_path / "ict"), initial="earliest").poke({}).xcom_value
     assert found["latest_commit_timestamp"] == 1_700_000_000_123
     assert found["latest_commit_timestamp"] == commit_timestamp(str(tmp_path / "ict"), 0)
+
+
+@pytest.mark.parametrize(("name", "feature"), [
+    ("delta-kernel/catalog-owned-preview", "catalogManaged"),  # newest commits not in the log
+    ("delta-golden/deltalog-invalid-protocol-version", "minReaderVersion=99"),
+])
+def test_tables_this_provider_cannot_read_are_refused(shared_table, name, feature):
+    from airflow_provider_delta.errors import UnsupportedFeatureError
+
+    uri = shared_table(name)
+    with pytest.raises(UnsupportedFeatureError, match=feature) as caught:
+        sensor_on(uri, initial="earliest").poke({})
+    assert caught.value.permanent and uri in str(caught.value)
+
+
+def test_log_gap_is_refused(shared_table):
+    from airflow_provider_delta.errors import LogGapError
+
+    with pytest.raises(LogGapError, match="commit\\(s\\) 1 are missing"):
+        sensor_on(shared_table("delta-golden/versions-not-contiguous"), initial="earliest").poke({})
+
+
+def test_shared_append_table_senses_its_last_versions(shared_table):
+    uri = shared_table("delta-kernel/basic-with-checkpoint")
+    found = sensor_on(uri, watermark=7).poke({}).xcom_value
+    assert (found["start_version"], found["end_version"]) == (8, 14)

@@ -132,3 +132,9 @@ def test_backoff_after_transient_errors_is_bounded():
     assert [trigger._next_wait(failures) for failures in range(6)] == [2, 4, 8, 16, 30, 30]
     trigger.timeout_at = time.time() + 5
     assert trigger._next_wait(4) <= 5  # never sleeps past the sensor's timeout
+
+
+def test_catalog_managed_table_ends_with_an_error_event(shared_table):
+    uri = shared_table("delta-kernel/catalog-owned-preview")
+    payload = first_event(DeltaVersionTrigger(table_uri=uri, start_version=1, fire_once=True))
+    assert payload["status"] == "error" and "catalog-managed" in payload["message"]
