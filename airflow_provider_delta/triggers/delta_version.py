@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
@@ -105,7 +105,7 @@ class DeltaVersionTrigger(BaseEventTrigger):
             probe = VersionProbe(self.table_uri, await self._storage_options())
             start_version = self.start_version
             if start_version is None:
-                start_version = await self._start_from_watermark(probe)
+                start_version = await self._retrying(self._start_from_watermark, probe)
         except DeltaProviderError as err:
             if not self.fire_once:
                 raise
@@ -151,6 +151,19 @@ class DeltaVersionTrigger(BaseEventTrigger):
                 start_version = found["end_version"] + 1
                 continue
             await asyncio.sleep(self._next_wait(failures))
+
+    async def _retrying(self, step: Callable[[VersionProbe], Awaitable[int]], probe: VersionProbe) -> int:
+        """``step(probe)``, retried with backoff while it fails with transient errors."""
+        failures = 0
+        while True:
+            try:
+                return await step(probe)
+            except DeltaProviderError as err:
+                if err.permanent:
+                    raise
+                failures += 1
+                self.log.warning("%s (attempt %d); retrying with backoff", err, failures)
+                await asyncio.sleep(self._next_wait(failures))
 
     def _check(self, probe: VersionProbe, start_version: int) -> VersionRange | None:
         latest = probe.latest(since=start_version - 1 if start_version > 0 else None)

@@ -138,3 +138,24 @@ def test_catalog_managed_table_ends_with_an_error_event(shared_table):
     uri = shared_table("delta-kernel/catalog-owned-preview")
     payload = first_event(DeltaVersionTrigger(table_uri=uri, start_version=1, fire_once=True))
     assert payload["status"] == "error" and "catalog-managed" in payload["message"]
+
+
+def test_start_up_retries_transient_errors_and_gives_up_on_permanent_ones():
+    from airflow_provider_delta.errors import TableNotFoundError, TransientStorageError
+
+    trigger = DeltaVersionTrigger(table_uri="s3://b/t", poll_interval=0.01)
+    outcomes = [TransientStorageError("s3://b/t", "503 Slow Down"), 7]
+
+    async def flaky_step(probe):
+        outcome = outcomes.pop(0)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    assert asyncio.run(trigger._retrying(flaky_step, None)) == 7 and outcomes == []
+
+    async def missing_table(probe):
+        raise TableNotFoundError("s3://b/t")
+
+    with pytest.raises(TableNotFoundError):
+        asyncio.run(trigger._retrying(missing_table, None))
