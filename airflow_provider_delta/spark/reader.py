@@ -183,13 +183,26 @@ def _read_round(
             *[spark_read_path(p) for p in paths]
         )
     rows = scan.select(*scan_columns)
-    if metadata.partition_columns or round_deletions:
-        rows = rows.join(F.broadcast(_files_frame(spark, metadata, files)), _FILE)
+    columns = _result_columns(metadata)
+    if not (metadata.partition_columns or round_deletions):
+        return rows.select(*columns)
+    # A left join plus a guard: a scanned file missing from the files frame fails the query
+    # instead of silently losing its rows.
+    rows = rows.join(F.broadcast(_files_frame(spark, metadata, files)), _FILE, "left")
     if round_deletions:
         rows = rows.join(
             F.broadcast(_deletions_frame(spark, round_deletions)), [_FILE_ID, _ROW], "left_anti"
         )
-    return rows.select(*_result_columns(metadata))
+    return rows.select(_unmatched_file_guard(columns[0], metadata), *columns[1:])
+
+
+def _unmatched_file_guard(column: Column, metadata: TableMetadata) -> Column:
+    first = logical_schema(metadata).names[0]
+    error = F.raise_error(F.concat(
+        F.lit("airflow-provider-delta: scanned file "), F.col(_FILE),
+        F.lit(" has no entry in the plan; its partition values and deletion vector are unknown"),
+    ))
+    return F.when(F.col(_FILE_ID).isNull(), error).otherwise(column).alias(first)
 
 
 @contextmanager
@@ -216,7 +229,10 @@ def _serial_listing(spark: SparkSession, enabled: bool) -> Iterator[None]:
 def _files_frame(
     spark: SparkSession, metadata: TableMetadata, files: list[tuple[int, PlannedFile]]
 ) -> DataFrame:
-    """A small frame: Spark's path of each file, its plan position and its partition values."""
+    """A small frame: Spark's path of each file, its plan position and its partition values.
+
+    Built through Arrow so Spark holds it as a local relation (broadcast without a job).
+    """
     partition_fields = [
         f for f in logical_schema(metadata).fields if f.name in metadata.partition_columns
     ]
@@ -224,12 +240,13 @@ def _files_frame(
         [StructField(_FILE, StringType(), False), StructField(_FILE_ID, IntegerType(), False)]
         + partition_fields
     )
-    rows = [
-        (spark_file_path(file.path), index)
-        + tuple(file.partition_values.get(f.name) for f in partition_fields)
-        for index, file in files
-    ]
-    return spark.createDataFrame(rows, schema)
+    columns = {
+        _FILE: [spark_file_path(file.path) for _, file in files],
+        _FILE_ID: pa.array([index for index, _ in files], pa.int32()),
+    }
+    for field in partition_fields:
+        columns[field.name] = pa.array([file.partition_values.get(field.name) for _, file in files])
+    return spark.createDataFrame(pa.table(columns), schema)
 
 
 def _deletions_frame(spark: SparkSession, deletions: dict[int, np.ndarray]) -> DataFrame:
