@@ -23,7 +23,7 @@ TABLE = "delta-golden/dv-partitioned-with-checkpoint"
 def _rows_by_file(plan, storage_options=None):
     root = TableLocation(plan.table_uri, storage_options).root_uri
     return {
-        f.path.rsplit("/", 2)[-2:][0] + "/" + f.path.rsplit("/", 1)[-1]: deleted_rows(
+        "/".join(f.path.rsplit("/", 2)[-2:]): deleted_rows(  # partition folder / file name
             f.deletion_vector, table_root_uri=root, table_uri=plan.table_uri,
             version=f.version, storage_options=storage_options,
         ).tolist()
