@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import logging
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal, Union
 
 from airflow_provider_delta.errors import WatermarkError
@@ -153,7 +154,17 @@ class AssetStateWatermarkStore(WatermarkStore):
         super().__init__(key=key, table_uri=table_uri)
         self.asset = asset
 
-    def _accessor(self, context: Context) -> Any:
+    def read(self, context: Context) -> int | None:
+        raw = self._with_state(context, lambda state: state.get(self.key))
+        return self._checked(raw, f"asset state {self.key!r}")
+
+    def write(self, context: Context, version: int) -> None:
+        self._require_version(version)
+        self._with_state(context, lambda state: state.set(self.key, version))
+        log.info("Watermark of %s is now %d (asset state %r)", self.table_uri, version, self.key)
+
+    def _with_state(self, context: Context, action: Callable[[Any], Any]) -> Any:
+        """Run ``action`` on the asset's state accessor, explaining why it is out of reach."""
         accessors = context.get("asset_state_store")
         if accessors is None:
             raise WatermarkError(
@@ -162,22 +173,21 @@ class AssetStateWatermarkStore(WatermarkStore):
                 "'variable', or upgrade Airflow.",
                 table_uri=self.table_uri,
             )
-        if self.asset is None:
-            return accessors  # forwards to the task's only inlet/outlet, or explains why not
-        if isinstance(self.asset, str):
-            from airflow.sdk import Asset
+        try:
+            # Without an asset, the accessors forward to the task's only inlet/outlet.
+            return action(accessors if self.asset is None else accessors[self._asset()])
+        except (KeyError, ValueError) as err:
+            raise WatermarkError(
+                f"{self.table_uri}: watermark store 'asset_state' cannot reach the asset's state "
+                f"({err}). Add the asset to the task's inlets or outlets, and name it with "
+                "watermark_asset when the task has more than one.",
+                table_uri=self.table_uri,
+            ) from None
 
-            return accessors[Asset(name=self.asset)]
-        return accessors[self.asset]
+    def _asset(self) -> Asset:
+        from airflow.sdk import Asset
 
-    def read(self, context: Context) -> int | None:
-        raw = self._accessor(context).get(self.key)
-        return self._checked(raw, f"asset state {self.key!r}")
-
-    def write(self, context: Context, version: int) -> None:
-        self._require_version(version)
-        self._accessor(context).set(self.key, version)
-        log.info("Watermark of %s is now %d (asset state %r)", self.table_uri, version, self.key)
+        return Asset(name=self.asset) if isinstance(self.asset, str) else self.asset
 
 
 def make_watermark_store(

@@ -83,3 +83,19 @@ def test_store_refuses_to_write_a_non_version():
     store = make_watermark_store("variable", key="wm", table_uri=URI)
     with pytest.raises(WatermarkError, match="refusing to store"):
         store.write({}, -1)
+
+
+@pytest.mark.parametrize("asset", [None, "not_an_inlet"])
+def test_asset_state_store_explains_an_unreachable_asset(asset):
+    from airflow.sdk.execution_time.context import AssetStateStoreAccessors
+
+    store = make_watermark_store("asset_state", key="wm", table_uri=URI, asset=asset)
+    context = {"asset_state_store": AssetStateStoreAccessors(inlets=[])}
+    with pytest.raises(WatermarkError, match="Add the asset to the task's inlets or outlets"):
+        store.read(context)
+
+
+def test_asset_state_store_needs_airflow_3_3():
+    store = make_watermark_store("asset_state", key="wm", table_uri=URI)
+    with pytest.raises(WatermarkError, match="Airflow >= 3.3"):
+        store.read({})
