@@ -358,7 +358,13 @@ class DeltaIncrementalOperator(_DeltaSparkJobOperator):
             watermark, initial="latest" if self.initial == "snapshot" else self.initial,
             latest=latest, table_uri=self.table_uri, reset_if_ahead=self.reset_if_ahead,
         )
-        return None if start > latest else LoadRequest("changes", start, latest, moves)
+        if start <= latest:
+            return LoadRequest("changes", start, latest, moves)
+        if watermark is None and moves:
+            # initial="latest": the current version counts as done; record it, or every later
+            # run would start after *its* latest version and never load anything.
+            self.advance_watermark(context, latest)
+        return None
 
     def _latest(self, since: int | None = None) -> int:
         return core.latest_version(self.table_uri, since=since,

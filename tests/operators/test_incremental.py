@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 from airflow.sdk import DAG
 
-from airflow_provider_delta.operators import DeltaIncrementalOperator, DeltaTimeTravelOperator
+from airflow_provider_delta.operators import DeltaIncrementalOperator
 
 from .conftest import SPARK_CONF, append_rows, delta_rows, driver_env, result_of, states, watermark
 
@@ -70,3 +70,20 @@ def _last_asset_event_extra(target: str) -> dict:
         query = (select(AssetEvent.extra).join(AssetModel, AssetEvent.asset_id == AssetModel.id)
                  .where(AssetModel.uri == f"file://{target}").order_by(AssetEvent.id.desc()))
         return session.scalars(query).first()
+
+
+def test_initial_latest_records_the_current_version_without_loading(dag_run, tmp_path):
+    source, target = str(tmp_path / "source"), str(tmp_path / "target")
+    append_rows(source, [0])
+    append_rows(source, [1])
+    with DAG("start_at_latest", schedule=None) as dag:
+        DeltaIncrementalOperator(task_id="load", table_uri=source, target=target,
+                                 initial="latest", watermark_store="variable",
+                                 watermark_key="wm_latest", conn_id="no_spark_needed")
+
+    run = dag_run(dag)
+
+    assert states(run) == {"load": "success"}
+    assert result_of(run, "load")["batches"] == []
+    assert watermark("wm_latest") == {source: 1}
+    assert not (tmp_path / "target").exists()
