@@ -11,8 +11,8 @@ listing) and ``deltalake`` accept. Connection fields:
   passed through unchanged (they win over the fields above).
 
 Secrets are registered with Airflow's secrets masker, so they never show in task logs; the
-options are built at run time and never stored on an operator, so they are not rendered
-either.
+options are built at run time from the connection and are never a template field, so they
+are never rendered or serialized with a DAG.
 """
 
 from __future__ import annotations
