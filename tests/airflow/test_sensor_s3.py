@@ -76,3 +76,8 @@ def test_sensor_and_trigger_on_s3_with_a_delta_connection(
         second = run_dag(dag)  # found by the trigger, which reads the connection asynchronously
     assert ranges_of(second) == (2, 2)
     assert SECRET not in "".join(capfd.readouterr())  # masked in every log line
+    from airflow.models.renderedtifields import RenderedTaskInstanceFields
+
+    sense = next(ti for ti in second.get_task_instances() if ti.task_id == "sense")
+    rendered = RenderedTaskInstanceFields.get_templated_fields(sense)
+    assert rendered["table_uri"] == s3_table.uri and SECRET not in str(rendered)
