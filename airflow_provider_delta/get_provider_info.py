@@ -42,8 +42,45 @@ def get_provider_info() -> dict:
         ],
         "connection-types": [
             {
-                "connection-type": "delta",
                 "hook-class-name": "airflow_provider_delta.hooks.delta.DeltaHook",
+                "hook-name": "Delta Lake",
+                "connection-type": "delta",
+                "ui-field-behaviour": {
+                    "hidden-fields": ["schema"],
+                    "relabeling": {
+                        "host": "Endpoint URL",
+                        "login": "Access key id / account name",
+                        "password": "Secret access key / account key / service account JSON",
+                    },
+                    "placeholders": {
+                        "host": "http://127.0.0.1:9000 (S3-compatible stores; empty for AWS)"
+                    },
+                },
+                "conn-fields": {
+                    "provider": {
+                        "label": "Object store",
+                        "description": "s3 (also S3-compatible stores), azure or gcs",
+                        "schema": {
+                            "type": ["string", "null"],
+                            "default": "s3",
+                            "enum": ["s3", "azure", "gcs"],
+                        },
+                    },
+                    "region": {"label": "Region", "schema": {"type": ["string", "null"]}},
+                    "session_token": {
+                        "label": "Session token",
+                        "schema": {"type": ["string", "null"], "format": "password"},
+                    },
+                    "allow_http": {
+                        "label": "Allow plain HTTP",
+                        "schema": {"type": ["boolean", "null"], "default": False},
+                    },
+                    "storage_options": {
+                        "label": "Further object_store options",
+                        "description": "JSON object of object_store keys passed through unchanged",
+                        "schema": {"type": ["object", "null"]},
+                    },
+                },
             }
         ],
     }

@@ -28,3 +28,13 @@ def test_airflow_discovers_the_provider_and_its_connection_type():
 
     assert "airflow-provider-delta" in ProvidersManager().providers
     assert "delta" in ProvidersManagerTaskRuntime().hooks
+
+
+def test_provider_info_is_valid_against_airflows_schema():
+    import json
+    from importlib.resources import files
+
+    import jsonschema
+
+    schema = json.loads(files("airflow").joinpath("provider_info.schema.json").read_text())
+    jsonschema.validate(get_provider_info(), schema)
