@@ -30,8 +30,14 @@ from airflow_provider_delta.core import plan_changes
 from airflow_provider_delta.spark import read_changes, read_snapshot
 
 
-def build_table(path: str, commits: int, files_per_commit: int, rows_per_file: int) -> None:
-    """``commits`` appends, each of ``files_per_commit`` files (one per ``bucket`` partition)."""
+_BYTES_PER_ROW = 20  # about what a row of this table takes in Parquet
+
+
+def build_table(
+    path: str, commits: int, files_per_commit: int, rows_per_file: int, partitioned: bool
+) -> None:
+    """``commits`` appends of ``files_per_commit`` files each: one per ``bucket`` partition, or
+    (unpartitioned) about as many, split by the writer's target file size."""
     rows = files_per_commit * rows_per_file
     for commit in range(commits):
         ids = np.arange(commit * rows, (commit + 1) * rows, dtype=np.int64)
@@ -41,18 +47,27 @@ def build_table(path: str, commits: int, files_per_commit: int, rows_per_file: i
             "label": pa.array(ids).cast(pa.string()),
             "bucket": ids % files_per_commit,
         })
-        write_deltalake(path, batch, mode="append", partition_by=["bucket"])
+        if partitioned:
+            write_deltalake(path, batch, mode="append", partition_by=["bucket"])
+        else:
+            write_deltalake(path, batch, mode="append",
+                            target_file_size=rows_per_file * _BYTES_PER_ROW)
 
 
-def timed(action: Callable[[], object], repeat: int) -> float:
-    """Median wall time of ``action`` over ``repeat`` runs (after one warm-up run)."""
-    action()
-    times = []
+def timed_pair(
+    ours: Callable[[], object], baseline: Callable[[], object], repeat: int
+) -> tuple[float, float]:
+    """Median wall times of two actions run alternately (after one warm-up run of each), so a
+    change in machine load hits both sides alike."""
+    ours()
+    baseline()
+    times: tuple[list[float], list[float]] = ([], [])
     for _ in range(repeat):
-        start = time.perf_counter()
-        action()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for action, bucket in ((ours, times[0]), (baseline, times[1])):
+            start = time.perf_counter()
+            action()
+            bucket.append(time.perf_counter() - start)
+    return statistics.median(times[0]), statistics.median(times[1])
 
 
 def count_and_write(df_factory: Callable[[], DataFrame]) -> Callable[[], None]:
@@ -87,22 +102,36 @@ def main() -> None:
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
-    path = tempfile.mkdtemp(prefix="bench-spark-reader-")
-    start = time.perf_counter()
-    build_table(path, args.commits, args.files_per_commit, args.rows_per_file)
-    print(f"table: {args.commits} commits x {args.files_per_commit} files x "
-          f"{args.rows_per_file} rows, written in {time.perf_counter() - start:.1f}s")
+    tables = {}
+    for partitioned in (False, True):
+        path = tempfile.mkdtemp(prefix="bench-spark-reader-")
+        start = time.perf_counter()
+        build_table(path, args.commits, args.files_per_commit, args.rows_per_file, partitioned)
+        tables[partitioned] = path
+        print(f"table ({'partitioned by bucket' if partitioned else 'unpartitioned'}): "
+              f"{args.commits} commits x {args.files_per_commit} files x {args.rows_per_file} "
+              f"rows, written in {time.perf_counter() - start:.1f}s")
 
     last = args.commits - 1
     first = last - args.range_commits + 1
-    files = [f.path for f in plan_changes(path, first, last).files]
-    ours = timed(count_and_write(lambda: read_changes(spark, path, first, last)), args.repeat)
-    plain = timed(count_and_write(lambda: spark.read.parquet(*files)), args.repeat)
-    print(f"1. read_changes over {len(files)} files: {ours:.3f}s; spark.read.parquet of the "
-          f"same files: {plain:.3f}s; ratio {ours / plain:.2f}x (goal <= 1.15x)")
+    for partitioned, path in tables.items():
+        files = [f.path for f in plan_changes(path, first, last).files]
+        ours, plain = timed_pair(
+            count_and_write(lambda: read_changes(spark, path, first, last)),
+            count_and_write(lambda: spark.read.parquet(*files)),
+            args.repeat,
+        )
+        kind = "partitioned" if partitioned else "unpartitioned"
+        print(f"1. read_changes over {len(files)} files ({kind}): {ours:.3f}s; "
+              f"spark.read.parquet of the same files: {plain:.3f}s; ratio {ours / plain:.2f}x "
+              "(goal <= 1.15x)")
 
-    incremental = timed(noop_write(lambda: read_changes(spark, path, last, last)), args.repeat)
-    full = timed(noop_write(lambda: read_snapshot(spark, path)), args.repeat)
+    path = tables[True]
+    incremental, full = timed_pair(
+        noop_write(lambda: read_changes(spark, path, last, last)),
+        noop_write(lambda: read_snapshot(spark, path)),
+        args.repeat,
+    )
     share = 100 / args.commits
     print(f"2. incremental ({share:.1f}% of files): {incremental:.3f}s; full reprocessing: "
           f"{full:.3f}s; speed-up {full / incremental:.1f}x (goal >= 20x)")
