@@ -113,7 +113,7 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
             return self.storage_options
         return DeltaHook(self.delta_conn_id).get_storage_options() if self.delta_conn_id else None
 
-    def sink_spec(self, context: Context) -> SinkSpec:
+    def sink_spec(self) -> SinkSpec:
         """The sink as the driver sees it; its txn appId is stable per DAG, task and target."""
         if self.sink is None:
             return SinkSpec(kind="none")
@@ -130,7 +130,7 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
         """The spec of one run; subclasses add their read options."""
         snapshot = request.mode == "snapshot"
         return JobSpec(
-            table_uri=self.table_uri, mode=request.mode, sink=self.sink_spec(context),
+            table_uri=self.table_uri, mode=request.mode, sink=self.sink_spec(),
             start_version=None if snapshot else request.start_version,
             end_version=None if snapshot else request.end_version,
             snapshot_version=request.end_version if snapshot else None,
