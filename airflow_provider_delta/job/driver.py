@@ -74,7 +74,7 @@ def _covered_range(spec: JobSpec, committed: int | None) -> tuple[int, int | Non
 
 
 def _run_batch(spark: SparkSession, spec: JobSpec, sink: Sink, batch: Plan) -> BatchResult:
-    df = read_plan(spark, batch)
+    df = read_plan(spark, batch, storage_options=spec.storage_options)
     context = {**spec.context, "table_uri": spec.table_uri,
                "start_version": batch.start_version, "end_version": batch.end_version}
     out = transform(spark, df, spec, context)
