@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import tempfile
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -88,3 +90,118 @@ def airflow_db():
 
     db.initdb()
     return os.environ["AIRFLOW_HOME"]
+
+
+_run_dates = itertools.count(1)
+
+
+@pytest.fixture
+def register_dag(airflow_db):
+    """``register_dag(dag)``: serialize a DAG object into the metadata DB, as the DAG
+    processor would (dag.test() and the triggerer only run DAGs found there)."""
+    from airflow.dag_processing.bundles.manager import DagBundlesManager
+    from airflow.dag_processing.collection import update_dag_parsing_results_in_db
+    from airflow.serialization.serialized_objects import LazyDeserializedDAG
+    from airflow.utils.session import create_session
+
+    DagBundlesManager().sync_bundles_to_db()
+
+    def register(dag) -> None:
+        with create_session() as session:
+            update_dag_parsing_results_in_db(
+                "dags-folder", None, [LazyDeserializedDAG.from_dag(dag)], {}, None, set(),
+                session=session,
+            )
+
+    return register
+
+
+@pytest.fixture
+def run_dag(register_dag):
+    """Run a DAG object once with ``dag.test()`` on the SQLite DB; returns the DagRun.
+
+    Each call gets a later logical date, so ``include_prior_dates`` sees earlier runs.
+    """
+
+    def run(dag):
+        register_dag(dag)
+        logical_date = datetime(2024, 1, 1, tzinfo=timezone.utc) + timedelta(days=next(_run_dates))
+        return dag.test(logical_date=logical_date)
+
+    return run
+
+
+@pytest.fixture
+def task_states():
+    """``task_states(dag_run)``: ``{task_id: state}`` of a finished DagRun, from the DB."""
+
+    def states(dag_run) -> dict[str, str]:
+        return {ti.task_id: ti.state for ti in dag_run.get_task_instances()}
+
+    return states
+
+
+@pytest.fixture
+def xcom_value():
+    """``xcom_value(dag_run, task_id, key)``: an XCom of ``task_id`` in ``dag_run``, from the DB."""
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    def value(dag_run, task_id: str, key: str = "return_value"):
+        with create_session() as session:
+            row = session.scalars(XComModel.get_many(
+                run_id=dag_run.run_id, key=key, task_ids=task_id, dag_ids=dag_run.dag_id,
+            )).first()
+            return None if row is None else XComModel.deserialize_value(row)
+
+    return value
+
+
+S3_BUCKET = "lake"
+S3_SECRET = "moto-secret-key-98765"  # distinctive, so tests can prove it never reaches a log
+
+
+@pytest.fixture(scope="session")
+def s3_options():
+    """A moto S3 server on 127.0.0.1 with bucket ``lake``; its object_store options."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    options = {
+        "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": S3_SECRET,
+        "AWS_REGION": "us-east-1", "AWS_ENDPOINT_URL": f"http://{host}:{port}",
+        "AWS_ALLOW_HTTP": "true",
+    }
+    boto3.client("s3", endpoint_url=options["AWS_ENDPOINT_URL"], region_name="us-east-1",
+                 aws_access_key_id="testing", aws_secret_access_key=S3_SECRET,
+                 ).create_bucket(Bucket=S3_BUCKET)
+    yield options
+    server.stop()
+
+
+@pytest.fixture
+def s3_store(s3_options):
+    """An obstore handle on the test bucket."""
+    from obstore.store import S3Store
+
+    return S3Store(S3_BUCKET, endpoint=s3_options["AWS_ENDPOINT_URL"], region="us-east-1",
+                   access_key_id="testing", secret_access_key=S3_SECRET,
+                   client_options={"allow_http": True})
+
+
+@pytest.fixture
+def upload(s3_store):
+    """``upload(local_folder, prefix)``: copy a table into the bucket; returns its s3:// URI."""
+    import obstore
+
+    def put_tree(local: str, prefix: str) -> str:
+        for folder, _, names in os.walk(local):
+            for name in names:
+                source = Path(folder) / name
+                obstore.put(s3_store, f"{prefix}/{source.relative_to(local)}", source.read_bytes())
+        return f"s3://{S3_BUCKET}/{prefix}"
+
+    return put_tree

@@ -8,7 +8,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pyarrow as pa
@@ -46,71 +45,6 @@ def growing_table(tmp_path: Path) -> Callable[..., GrowingTable]:
         return table
 
     return make
-
-
-_run_dates = itertools.count(1)
-
-
-@pytest.fixture
-def register_dag(airflow_db):
-    """``register_dag(dag)``: serialize a DAG object into the metadata DB, as the DAG
-    processor would (dag.test() and the triggerer only run DAGs found there)."""
-    from airflow.dag_processing.bundles.manager import DagBundlesManager
-    from airflow.dag_processing.collection import update_dag_parsing_results_in_db
-    from airflow.serialization.serialized_objects import LazyDeserializedDAG
-    from airflow.utils.session import create_session
-
-    DagBundlesManager().sync_bundles_to_db()
-
-    def register(dag) -> None:
-        with create_session() as session:
-            update_dag_parsing_results_in_db(
-                "dags-folder", None, [LazyDeserializedDAG.from_dag(dag)], {}, None, set(),
-                session=session,
-            )
-
-    return register
-
-
-@pytest.fixture
-def run_dag(register_dag):
-    """Run a DAG object once with ``dag.test()`` on the SQLite DB; returns the DagRun.
-
-    Each call gets a later logical date, so ``include_prior_dates`` sees earlier runs.
-    """
-
-    def run(dag):
-        register_dag(dag)
-        logical_date = datetime(2024, 1, 1, tzinfo=timezone.utc) + timedelta(days=next(_run_dates))
-        return dag.test(logical_date=logical_date)
-
-    return run
-
-
-@pytest.fixture
-def task_states():
-    """``task_states(dag_run)``: ``{task_id: state}`` of a finished DagRun, from the DB."""
-
-    def states(dag_run) -> dict[str, str]:
-        return {ti.task_id: ti.state for ti in dag_run.get_task_instances()}
-
-    return states
-
-
-@pytest.fixture
-def xcom_value():
-    """``xcom_value(dag_run, task_id, key)``: an XCom of ``task_id`` in ``dag_run``, from the DB."""
-    from airflow.models.xcom import XComModel
-    from airflow.utils.session import create_session
-
-    def value(dag_run, task_id: str, key: str = "return_value"):
-        with create_session() as session:
-            row = session.scalars(XComModel.get_many(
-                run_id=dag_run.run_id, key=key, task_ids=task_id, dag_ids=dag_run.dag_id,
-            )).first()
-            return None if row is None else XComModel.deserialize_value(row)
-
-    return value
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 from datetime import datetime
 
 import pytest
@@ -12,45 +11,22 @@ from airflow.sdk import DAG, get_current_context, task
 from airflow_provider_delta.sensors import DeltaVersionSensor
 from airflow_provider_delta.watermarks import make_watermark_store
 
-SECRET = "moto-secret-key-98765"
-BUCKET = "lake"
-
-
-@pytest.fixture(scope="module")
-def s3_endpoint():
-    from moto.server import ThreadedMotoServer
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    endpoint = f"http://127.0.0.1:{port}"
-    import boto3
-
-    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
-                 aws_access_key_id="testing", aws_secret_access_key=SECRET,
-                 ).create_bucket(Bucket=BUCKET)
-    yield endpoint
-    server.stop()
+SECRET = "moto-secret-key-98765"  # the shared S3 fixture's secret key
 
 
 @pytest.fixture
-def s3_table(s3_endpoint, growing_table, request):
+def s3_table(s3_options, growing_table, request):
     """A Delta table with versions 0..1, written straight into the bucket by deltalake."""
-    options = {
-        "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_REGION": "us-east-1",
-        "AWS_ENDPOINT_URL": s3_endpoint, "AWS_ALLOW_HTTP": "true",
-        "AWS_S3_ALLOW_UNSAFE_RENAME": "true",  # single writer in the test: no lock needed
-    }
-    return growing_table(2, uri=f"s3://{BUCKET}/{request.node.name}", storage_options=options)
+    assert s3_options["AWS_SECRET_ACCESS_KEY"] == SECRET
+    options = {**s3_options, "AWS_S3_ALLOW_UNSAFE_RENAME": "true"}  # one writer: no lock needed
+    return growing_table(2, uri=f"s3://lake/{request.node.name}", storage_options=options)
 
 
 def test_sensor_and_trigger_on_s3_with_a_delta_connection(
-    run_dag, s3_endpoint, s3_table, monkeypatch, ranges_of, commit_once_deferred, capfd
+    run_dag, s3_options, s3_table, monkeypatch, ranges_of, commit_once_deferred, capfd
 ):
     monkeypatch.setenv("AIRFLOW_CONN_LAKE_S3", json.dumps({
-        "conn_type": "delta", "host": s3_endpoint, "login": "testing", "password": SECRET,
+        "conn_type": "delta", "host": s3_options["AWS_ENDPOINT_URL"], "login": "testing", "password": SECRET,
         "extra": {"region": "us-east-1"},
     }))
     with DAG("delta_s3", schedule=None, start_date=datetime(2024, 1, 1), catchup=False) as dag:

@@ -2,60 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import socket
-from pathlib import Path
 
-import obstore
 import pytest
-from obstore.store import S3Store
 
 from airflow_provider_delta.core import (
     commit_timestamp, latest_version, plan_changes, plan_snapshot, version_at,
 )
 from airflow_provider_delta.errors import LogGapError, TableNotFoundError
-
-BUCKET = "lake"
-
-
-@pytest.fixture(scope="module")
-def s3_options():
-    from moto.server import ThreadedMotoServer
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
-    server.start()
-    options = {
-        "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_REGION": "us-east-1", "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
-        "AWS_ALLOW_HTTP": "true",
-    }
-    import boto3
-
-    boto3.client("s3", endpoint_url=options["AWS_ENDPOINT_URL"], region_name="us-east-1",
-                 aws_access_key_id="testing", aws_secret_access_key="testing",
-                 ).create_bucket(Bucket=BUCKET)
-    yield options
-    server.stop()
-
-
-@pytest.fixture
-def upload(s3_options):
-    store = S3Store(BUCKET, endpoint=s3_options["AWS_ENDPOINT_URL"], region="us-east-1",
-                    access_key_id="testing", secret_access_key="testing",
-                    client_options={"allow_http": True})
-
-    def put_tree(local: str, prefix: str) -> str:
-        for folder, _, names in os.walk(local):
-            for name in names:
-                source = Path(folder) / name
-                obstore.put(store, f"{prefix}/{source.relative_to(local)}", source.read_bytes())
-        return f"s3://{BUCKET}/{prefix}"
-
-    return put_tree
-
 
 @pytest.mark.parametrize("name", [
     "delta-kernel/basic-with-checkpoint", "delta-golden/v2-checkpoint-json",
@@ -95,4 +48,4 @@ def test_remote_commit_times_and_errors(shared_table, upload, s3_options):
     with pytest.raises(LogGapError):
         latest_version(gap, storage_options=s3_options)
     with pytest.raises(TableNotFoundError):
-        latest_version(f"s3://{BUCKET}/absent", storage_options=s3_options)
+        latest_version("s3://lake/absent", storage_options=s3_options)

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import sys
 from collections import Counter
-from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pyarrow as pa
@@ -53,48 +51,6 @@ def append_rows(uri: str, ids: list[int]) -> None:
     names = [f"n{i}" if i % 3 else None for i in ids]
     write_deltalake(uri, pa.table({"id": pa.array(ids, pa.int64()),
                                    "name": pa.array(names, pa.string())}), mode="append")
-
-
-_logical_dates = itertools.count(1)
-
-
-@pytest.fixture
-def dag_run(airflow_db):
-    """``dag_run(dag)``: one ``dag.test()`` run on SQLite, each at a later logical date."""
-    from airflow.dag_processing.bundles.manager import DagBundlesManager
-    from airflow.dag_processing.collection import update_dag_parsing_results_in_db
-    from airflow.serialization.serialized_objects import LazyDeserializedDAG
-    from airflow.utils.session import create_session
-
-    DagBundlesManager().sync_bundles_to_db()
-
-    def run(dag):
-        with create_session() as session:
-            update_dag_parsing_results_in_db(
-                "dags-folder", None, [LazyDeserializedDAG.from_dag(dag)], {}, None, set(),
-                session=session,
-            )
-        when = datetime(2025, 1, 1, tzinfo=timezone.utc) + timedelta(days=next(_logical_dates))
-        return dag.test(logical_date=when)
-
-    return run
-
-
-def result_of(run, task_id: str, key: str = "return_value"):
-    """An XCom of ``task_id`` in the DagRun ``run``."""
-    from airflow.models.xcom import XComModel
-    from airflow.utils.session import create_session
-
-    with create_session() as session:
-        rows = XComModel.get_many(run_id=run.run_id, key=key, task_ids=task_id,
-                                  dag_ids=run.dag_id)
-        row = session.scalars(rows).first()
-        return None if row is None else XComModel.deserialize_value(row)
-
-
-def states(run) -> dict[str, str]:
-    """``{task_id: state}`` of a finished DagRun."""
-    return {ti.task_id: ti.state for ti in run.get_task_instances()}
 
 
 def watermark(variable: str) -> dict | None:

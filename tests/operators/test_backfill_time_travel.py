@@ -13,7 +13,7 @@ from airflow.sdk import DAG, Param
 
 from airflow_provider_delta.operators import DeltaIncrementalOperator, DeltaTimeTravelOperator
 
-from .conftest import SPARK_CONF, append_rows, delta_rows, result_of, states, watermark
+from .conftest import SPARK_CONF, append_rows, delta_rows, watermark
 
 pytestmark = pytest.mark.slow
 
@@ -30,7 +30,7 @@ def _source(path: Path) -> str:
     return str(path)
 
 
-def test_backfill_and_time_travel(spark_local_conn, dag_run, tmp_path):
+def test_backfill_and_time_travel(spark_local_conn, run_dag, xcom_value, task_states, tmp_path):
     source = _source(tmp_path / "source")
     targets = {name: str(tmp_path / name) for name in ("backfill", "by_version", "by_time")}
     with DAG("backfill_and_time_travel", schedule=None,
@@ -48,19 +48,19 @@ def test_backfill_and_time_travel(spark_local_conn, dag_run, tmp_path):
             timestamp=(COMMIT_0 + timedelta(seconds=90)).isoformat(), **common,
         )
 
-    run = dag_run(dag)
+    run = run_dag(dag)
 
-    assert states(run) == {"backfill": "success", "by_version": "success", "by_time": "success"}
+    assert task_states(run) == {"backfill": "success", "by_version": "success", "by_time": "success"}
     assert delta_rows(targets["backfill"]) == delta_rows(source, 2) - delta_rows(source, 0)
     assert watermark("wm_bf") is None  # a backfill leaves the watermark alone
-    backfill = result_of(run, "backfill")
+    backfill = xcom_value(run, "backfill")
     assert (backfill["start_version"], backfill["end_version"], backfill["rows"]) == (1, 2, 4)
 
     assert delta_rows(targets["by_version"]) == delta_rows(source, 0)
-    assert result_of(run, "by_version")["end_version"] == 0
+    assert xcom_value(run, "by_version")["end_version"] == 0
 
     # 90 s after version 0's commit: version 1 is the latest commit at or before it.
-    by_time = result_of(run, "by_time")
+    by_time = xcom_value(run, "by_time")
     assert (by_time["mode"], by_time["end_version"], by_time["rows"]) == ("snapshot", 1, 5)
     written = ds.dataset(f"{targets['by_time']}/source_versions=1-1", format="parquet").to_table()
     assert Counter(zip(*written.to_pydict().values())) == delta_rows(source, 1)

@@ -10,7 +10,7 @@ from deltalake import DeltaTable
 
 from airflow_provider_delta.operators import DeltaIncrementalOperator
 
-from .conftest import SPARK_CONF, append_rows, delta_rows, driver_env, result_of, states, watermark
+from .conftest import SPARK_CONF, append_rows, delta_rows, driver_env, watermark
 
 pytestmark = pytest.mark.slow
 
@@ -54,7 +54,8 @@ def _dag(conn_id, source, target, *, fault=None, transform="operators.transforms
     return dag
 
 
-def test_crash_at_each_step_then_rerun_loads_each_row_once(spark_local_conn, dag_run, tmp_path):
+def test_crash_at_each_step_then_rerun_loads_each_row_once(spark_local_conn, run_dag, xcom_value,
+                                                          task_states, tmp_path):
     source, target = str(tmp_path / "source"), str(tmp_path / "target")
     for ids in ([0, 1, 2], [3, 4], [5, 6], [7]):
         append_rows(source, ids)
@@ -66,33 +67,33 @@ def test_crash_at_each_step_then_rerun_loads_each_row_once(spark_local_conn, dag
         expected.update({row + (version,): n for row, n in added.items()})
     assert sum(expected.values()) == 8
 
-    run = dag_run(_dag(spark_local_conn, source, target, fault="before_submit"))
-    assert states(run) == {"load": "failed"}
+    run = run_dag(_dag(spark_local_conn, source, target, fault="before_submit"))
+    assert task_states(run) == {"load": "failed"}
     assert not (tmp_path / "target").exists() and watermark("wm_faults") is None
 
     # Batch 2 (id 6) fails inside the Spark write: batches 0 and 1 are committed, 2 is not.
-    run = dag_run(_dag(spark_local_conn, source, target,
+    run = run_dag(_dag(spark_local_conn, source, target,
                        transform="operators.transforms:fail_inside_write"))
-    assert states(run) == {"load": "failed"}
+    assert task_states(run) == {"load": "failed"}
     assert DeltaTable(target).transaction_version(_app_id(target)) == 1
     assert delta_rows(target) == Counter({r: n for r, n in expected.items() if r[2] < 2})
     assert watermark("wm_faults") is None
 
     # The re-run resumes at version 2; then the task dies before the watermark write.
-    run = dag_run(_dag(spark_local_conn, source, target, fault="after_commit"))
-    assert states(run) == {"load": "failed"}
+    run = run_dag(_dag(spark_local_conn, source, target, fault="after_commit"))
+    assert task_states(run) == {"load": "failed"}
     assert DeltaTable(target).transaction_version(_app_id(target)) == 3
     assert delta_rows(target) == expected
     assert watermark("wm_faults") is None
 
     # Everything is committed: no Spark job, and the watermark write itself fails.
-    run = dag_run(_dag(spark_local_conn, source, target, fault="during_watermark_write"))
-    assert states(run) == {"load": "failed"}
+    run = run_dag(_dag(spark_local_conn, source, target, fault="during_watermark_write"))
+    assert task_states(run) == {"load": "failed"}
     assert watermark("wm_faults") is None
 
-    run = dag_run(_dag(spark_local_conn, source, target))
-    assert states(run) == {"load": "success"}
-    assert result_of(run, "load")["batches"] == []
+    run = run_dag(_dag(spark_local_conn, source, target))
+    assert task_states(run) == {"load": "success"}
+    assert xcom_value(run, "load")["batches"] == []
     assert watermark("wm_faults") == {source: 3}
     assert delta_rows(target) == expected
 

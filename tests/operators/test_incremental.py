@@ -9,7 +9,7 @@ from airflow.sdk import DAG
 
 from airflow_provider_delta.operators import DeltaIncrementalOperator
 
-from .conftest import SPARK_CONF, append_rows, delta_rows, driver_env, result_of, states, watermark
+from .conftest import SPARK_CONF, append_rows, delta_rows, driver_env, watermark
 
 pytestmark = pytest.mark.slow
 
@@ -24,15 +24,16 @@ def _incremental(conn_id, source, target, **kwargs):
     return dag
 
 
-def test_first_run_snapshot_then_only_new_versions(spark_local_conn, dag_run, tmp_path):
+def test_first_run_snapshot_then_only_new_versions(spark_local_conn, run_dag, xcom_value,
+                                                   task_states, tmp_path):
     source, target = str(tmp_path / "source"), str(tmp_path / "target")
     append_rows(source, [0, 1, 2])
     append_rows(source, [3, 4])
     dag = _incremental(spark_local_conn, source, target, max_files=1, partition_by=["batch_end"])
 
-    first = dag_run(dag)
-    assert states(first) == {"load": "success"}
-    result = result_of(first, "load")
+    first = run_dag(dag)
+    assert task_states(first) == {"load": "success"}
+    result = xcom_value(first, "load")
     assert (result["mode"], result["start_version"], result["end_version"]) == ("snapshot", 1, 1)
     assert (result["rows"], result["files"], result["sink_version"]) == (5, 2, 0)
     assert watermark("wm_incremental") == {source: 1}
@@ -41,8 +42,8 @@ def test_first_run_snapshot_then_only_new_versions(spark_local_conn, dag_run, tm
 
     append_rows(source, [5, 6])
     append_rows(source, [7])
-    second = dag_run(dag)
-    result = result_of(second, "load")
+    second = run_dag(dag)
+    result = xcom_value(second, "load")
     assert (result["mode"], result["start_version"], result["end_version"]) == ("changes", 2, 3)
     assert [(b["start_version"], b["end_version"], b["rows"], b["sink_version"])
             for b in result["batches"]] == [(2, 2, 2, 1), (3, 3, 1, 2)]
@@ -54,9 +55,9 @@ def test_first_run_snapshot_then_only_new_versions(spark_local_conn, dag_run, tm
         "sink_version": 2,
     }
 
-    third = dag_run(dag)
-    assert states(third) == {"load": "success"}
-    assert result_of(third, "load")["batches"] == []
+    third = run_dag(dag)
+    assert task_states(third) == {"load": "success"}
+    assert xcom_value(third, "load")["batches"] == []
     assert watermark("wm_incremental") == {source: 3}
     assert delta_rows(target) == expected
 
@@ -72,7 +73,8 @@ def _last_asset_event_extra(target: str) -> dict:
         return session.scalars(query).first()
 
 
-def test_initial_latest_records_the_current_version_without_loading(dag_run, tmp_path):
+def test_initial_latest_records_the_current_version_without_loading(run_dag, xcom_value,
+                                                                    task_states, tmp_path):
     source, target = str(tmp_path / "source"), str(tmp_path / "target")
     append_rows(source, [0])
     append_rows(source, [1])
@@ -81,9 +83,9 @@ def test_initial_latest_records_the_current_version_without_loading(dag_run, tmp
                                  initial="latest", watermark_store="variable",
                                  watermark_key="wm_latest", conn_id="no_spark_needed")
 
-    run = dag_run(dag)
+    run = run_dag(dag)
 
-    assert states(run) == {"load": "success"}
-    assert result_of(run, "load")["batches"] == []
+    assert task_states(run) == {"load": "success"}
+    assert xcom_value(run, "load")["batches"] == []
     assert watermark("wm_latest") == {source: 1}
     assert not (tmp_path / "target").exists()

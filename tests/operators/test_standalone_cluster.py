@@ -18,7 +18,7 @@ from airflow.sdk import DAG
 from airflow_provider_delta.operators import DeltaIncrementalOperator
 from airflow_provider_delta.sensors import DeltaVersionSensor
 
-from .conftest import SPARK_CONF, append_rows, delta_rows, result_of, states
+from .conftest import SPARK_CONF, append_rows, delta_rows
 
 pytestmark = pytest.mark.slow
 
@@ -74,7 +74,8 @@ def standalone_master(tmp_path):
 
 
 def test_sensor_then_incremental_load_on_a_standalone_cluster(standalone_master, monkeypatch,
-                                                              dag_run, tmp_path):
+                                                              run_dag, xcom_value, task_states,
+                                                              tmp_path):
     conn = {"conn_type": "spark", "host": "spark://127.0.0.1", "port": standalone_master}
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_CLUSTER", json.dumps(conn))
     monkeypatch.setenv("PATH", f"{SPARK_CLASS.parent}{os.pathsep}{os.environ['PATH']}")
@@ -92,10 +93,10 @@ def test_sensor_then_incremental_load_on_a_standalone_cluster(standalone_master,
         )
         sensor >> load
 
-    run = dag_run(dag)
+    run = run_dag(dag)
 
-    assert states(run) == {"sensor": "success", "load": "success"}
-    result = result_of(run, "load")
+    assert task_states(run) == {"sensor": "success", "load": "success"}
+    result = xcom_value(run, "load")
     assert (result["start_version"], result["end_version"], result["rows"]) == (0, 1, 4)
-    assert result_of(run, "load", key="delta_watermark") == 1
+    assert xcom_value(run, "load", key="delta_watermark") == 1
     assert delta_rows(target) == delta_rows(source)

@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import obstore
 import pytest
-from obstore.store import S3Store
 
 from airflow_provider_delta.core import plan_snapshot
 from airflow_provider_delta.core.storage import TableLocation
 from airflow_provider_delta.errors import MissingDataFileError
 from airflow_provider_delta.spark.deletion_vectors import deleted_rows
 from airflow_provider_delta.spark.files import missing_files
-from tests.core.test_object_store import BUCKET, s3_options, upload  # noqa: F401 (fixtures)
 
 TABLE = "delta-golden/dv-partitioned-with-checkpoint"
 
@@ -31,22 +29,20 @@ def _rows_by_file(plan, storage_options=None):
     }
 
 
-def test_deletion_vectors_read_from_s3_equal_local(shared_table, upload, s3_options):  # noqa: F811
+def test_deletion_vectors_read_from_s3_equal_local(shared_table, upload, s3_options):
     local = shared_table(TABLE)
     uri = upload(local, "dv-table")
     remote_rows = _rows_by_file(plan_snapshot(uri, storage_options=s3_options), s3_options)
     assert remote_rows and remote_rows == _rows_by_file(plan_snapshot(local))
 
 
-def test_missing_files_on_s3(shared_table, upload, s3_options):  # noqa: F811
+def test_missing_files_on_s3(shared_table, upload, s3_options, s3_store):
     uri = upload(shared_table(TABLE), "dv-missing")
     plan = plan_snapshot(uri, storage_options=s3_options)
     paths = [f.path for f in plan.files]
     assert missing_files(paths, uri, s3_options) == []
-    store = S3Store(BUCKET, endpoint=s3_options["AWS_ENDPOINT_URL"], region="us-east-1",
-                    access_key_id="testing", secret_access_key="testing",
-                    client_options={"allow_http": True})
-    obstore.delete(store, paths[3].removeprefix(f"s3://{BUCKET}/"))
+    store = s3_store
+    obstore.delete(store, paths[3].removeprefix("s3://lake/"))
     assert missing_files(paths, uri, s3_options) == [paths[3]]
     for batch in obstore.list(store, prefix="dv-missing"):
         for meta in batch:
