@@ -2,6 +2,20 @@
 
 from airflow_provider_delta import __version__
 
+# The delta connection form; DeltaHook.get_ui_field_behaviour returns it too.
+CONNECTION_FORM = {
+    "hidden-fields": ["schema"],
+    "relabeling": {
+        "host": "Endpoint URL",
+        "login": "Access key id / account name",
+        "password": "Secret access key / account key / service account JSON",
+    },
+    "placeholders": {
+        "host": "http://127.0.0.1:9000 (S3-compatible stores; empty for AWS)",
+        "extra": '{"provider": "s3", "region": "us-east-1"}',
+    },
+}
+
 
 def get_provider_info() -> dict:
     return {
@@ -45,17 +59,7 @@ def get_provider_info() -> dict:
                 "hook-class-name": "airflow_provider_delta.hooks.delta.DeltaHook",
                 "hook-name": "Delta Lake",
                 "connection-type": "delta",
-                "ui-field-behaviour": {
-                    "hidden-fields": ["schema"],
-                    "relabeling": {
-                        "host": "Endpoint URL",
-                        "login": "Access key id / account name",
-                        "password": "Secret access key / account key / service account JSON",
-                    },
-                    "placeholders": {
-                        "host": "http://127.0.0.1:9000 (S3-compatible stores; empty for AWS)"
-                    },
-                },
+                "ui-field-behaviour": CONNECTION_FORM,
                 "conn-fields": {
                     "provider": {
                         "label": "Object store",

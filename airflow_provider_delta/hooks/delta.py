@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseHook
 
 from airflow_provider_delta.errors import DeltaProviderError
+from airflow_provider_delta.get_provider_info import CONNECTION_FORM
 
 if TYPE_CHECKING:
     from airflow.sdk import Connection
@@ -58,19 +59,8 @@ class DeltaHook(BaseHook):
 
     @classmethod
     def get_ui_field_behaviour(cls) -> dict[str, Any]:
-        """Labels of the connection form (the same as in ``get_provider_info``)."""
-        return {
-            "hidden-fields": ["schema"],
-            "relabeling": {
-                "host": "Endpoint URL",
-                "login": "Access key id / account name",
-                "password": "Secret access key / account key / service account JSON",
-            },
-            "placeholders": {
-                "host": "http://127.0.0.1:9000 (S3-compatible stores; empty for AWS)",
-                "extra": '{"provider": "s3", "region": "us-east-1"}',
-            },
-        }
+        """Labels of the connection form, as listed in ``get_provider_info``."""
+        return CONNECTION_FORM
 
     def get_conn(self) -> dict[str, str]:
         """Same as :meth:`get_storage_options`."""
