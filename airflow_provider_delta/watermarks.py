@@ -219,6 +219,15 @@ def make_watermark_store(
     )
 
 
+def validate_store_kind(kind: str, task_id: str) -> str:
+    """Check a ``watermark_store`` name when the DAG is parsed."""
+    if kind not in STORE_KINDS:
+        raise ValueError(
+            f"{task_id}: watermark_store={kind!r} is unknown; choose one of {', '.join(STORE_KINDS)}."
+        )
+    return kind
+
+
 def validate_initial(initial: Initial, table_uri: str) -> Initial:
     """Check an ``initial`` setting early, so a typo fails at DAG parse time, not at run time."""
     if initial in ("latest", "earliest"):

@@ -43,12 +43,12 @@ from airflow_provider_delta.job.sinks import make_sink
 from airflow_provider_delta.job.spec import JobResult, JobSpec, SinkSpec, stable_app_id
 from airflow_provider_delta.job.storage import read_text, to_uri, write_text
 from airflow_provider_delta.watermarks import (
-    STORE_KINDS,
     Initial,
     WatermarkStore,
     make_watermark_store,
     resolve_start_version,
     validate_initial,
+    validate_store_kind,
 )
 
 if TYPE_CHECKING:
@@ -277,9 +277,7 @@ class DeltaIncrementalOperator(_DeltaSparkJobOperator):
         **kwargs: Any,
     ):
         super().__init__(table_uri=table_uri, **kwargs)
-        if watermark_store not in STORE_KINDS:
-            raise ValueError(f"{self.task_id}: watermark_store={watermark_store!r} is unknown; "
-                             f"choose one of {', '.join(STORE_KINDS)}")
+        validate_store_kind(watermark_store, self.task_id)
         self.start_version = start_version
         self.end_version = end_version
         self.sensor_task_id = sensor_task_id

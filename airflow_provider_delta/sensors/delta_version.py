@@ -15,12 +15,12 @@ from airflow_provider_delta.hooks.delta import DeltaHook
 from airflow_provider_delta.hooks.versions import VersionProbe, VersionRange
 from airflow_provider_delta.triggers.delta_version import DeltaVersionTrigger
 from airflow_provider_delta.watermarks import (
-    STORE_KINDS,
     Initial,
     WatermarkStore,
     make_watermark_store,
     resolve_start_version,
     validate_initial,
+    validate_store_kind,
 )
 
 if TYPE_CHECKING:
@@ -76,11 +76,7 @@ class DeltaVersionSensor(BaseSensorOperator):
         **kwargs: Any,
     ):
         super().__init__(**kwargs)
-        if watermark_store not in STORE_KINDS:
-            raise ValueError(
-                f"{self.task_id}: watermark_store={watermark_store!r} is unknown; choose one of "
-                f"{', '.join(STORE_KINDS)}."
-            )
+        validate_store_kind(watermark_store, self.task_id)
         if watermark_store == "xcom" and not watermark_task_id:
             raise ValueError(
                 f"{self.task_id}: watermark_store='xcom' needs watermark_task_id, the task that "
