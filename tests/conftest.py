@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import shutil
 import tempfile
@@ -81,6 +82,8 @@ def spark():
     )
     yield session
     session.stop()
+    # py4j logs from __del__ at interpreter exit, after pytest closed the log streams.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
 @pytest.fixture(scope="session")
