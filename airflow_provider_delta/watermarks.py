@@ -1,13 +1,18 @@
 """Watermarks: the last table version a pipeline has fully processed.
 
-The orchestrator, not the table, owns the watermark. One small interface, three stores:
+The orchestrator, not the table, owns the watermark. A watermark is the version plus the id of
+the table it was written for (``metaData.id``): a table dropped and recreated, or replaced, at
+the same path has a new id and counts its versions from 0 again, so a version alone cannot
+tell it from the old table once it has grown past the watermark. Stored values are
+``{"version": v, "table_id": "..."}``; a plain int ``v`` (written before table ids were
+recorded) still reads, without the id check. One small interface, three stores:
 
 ``"xcom"``
     An XCom under ``key`` of task ``task_id`` (default: the task that reads it), read across
     DAG runs with ``include_prior_dates=True``. The task that finishes the load writes it.
 ``"variable"``
-    The Airflow Variable ``key`` holding JSON ``{table_uri: version, ...}``, so one Variable can
-    carry the watermarks of several tables. A write is read back: a Variable shadowed by a
+    The Airflow Variable ``key`` holding JSON ``{table_uri: watermark, ...}``, so one Variable
+    can carry the watermarks of several tables. A write is read back: a Variable shadowed by a
     secrets backend would otherwise silently keep its old value.
 ``"asset_state"``
     The asset state store of Airflow >= 3.3 (AIP-103): ``key`` inside the state of ``asset``
@@ -18,7 +23,8 @@ Every store returns ``None`` when there is no watermark yet and raises
 :class:`~airflow_provider_delta.errors.WatermarkError` for a malformed one. Writes raise on
 failure; a lost watermark write would reload (or skip) data silently.
 
-:func:`resolve_start_version` turns a stored watermark into the first version to read.
+:func:`watermark_for_table` checks a stored watermark against the table's current id, and
+:func:`resolve_start_version` turns a watermark into the first version to read.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ import json
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Literal, Union
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Union
 
 from airflow_provider_delta.errors import WatermarkError
 
@@ -40,36 +46,69 @@ Initial = Union[Literal["latest", "earliest"], int]
 STORE_KINDS = ("xcom", "variable", "asset_state")
 
 
+class Watermark(NamedTuple):
+    """A stored watermark: the last fully processed version, and the table id it belongs to."""
+
+    version: int
+    table_id: str | None = None  # None: stored before table ids were recorded
+
+
 class WatermarkStore(ABC):
-    """Where a pipeline keeps the last fully processed version of one table."""
+    """Where a pipeline keeps the last fully processed version of one table.
+
+    A store only gets and puts a raw JSON value; encoding, validation and logging are here.
+    """
 
     def __init__(self, *, key: str, table_uri: str):
         self.key = key
         self.table_uri = table_uri
 
     @abstractmethod
-    def read(self, context: Context) -> int | None:
-        """The last fully processed version, or ``None`` if nothing was processed yet."""
+    def _get(self, context: Context) -> Any:
+        """The raw stored value, ``None`` if there is none."""
 
     @abstractmethod
-    def write(self, context: Context, version: int) -> None:
-        """Record ``version`` as fully processed; raises if the value could not be stored."""
+    def _put(self, context: Context, value: Any) -> None:
+        """Store the raw ``value``; raises if it could not be stored."""
 
-    def _checked(self, raw: Any, where: str) -> int | None:
-        """Validate a raw stored value: ``None`` (no watermark) or a version >= 0."""
+    @abstractmethod
+    def where(self, context: Context) -> str:
+        """Where the watermark lives, for messages."""
+
+    def read(self, context: Context) -> int | None:
+        """The last fully processed version, or ``None`` if nothing was processed yet."""
+        watermark = self.read_watermark(context)
+        return None if watermark is None else watermark.version
+
+    def read_watermark(self, context: Context) -> Watermark | None:
+        """The stored version and table id, or ``None`` if nothing was processed yet."""
+        return self._checked(self._get(context), self.where(context))
+
+    def write(self, context: Context, version: int, table_id: str | None = None) -> None:
+        """Record ``version`` of the table ``table_id`` as fully processed; raises on failure."""
+        self._require_version(version)
+        self._put(context, version if table_id is None else
+                  {"version": version, "table_id": table_id})
+        log.info("Watermark of %s is now %d, table id %s (%s)",
+                 self.table_uri, version, table_id, self.where(context))
+
+    def _checked(self, raw: Any, where: str) -> Watermark | None:
+        """Validate a raw stored value: ``None``, a version >= 0, or ``{"version", "table_id"}``."""
         if raw is None:
             return None
-        if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
+        stored = raw if isinstance(raw, dict) else {"version": raw}  # a plain int: no table id
+        version, table_id = stored.get("version"), stored.get("table_id")
+        if not _is_version(version) or not isinstance(table_id, (str, type(None))):
             raise WatermarkError(
                 f"{self.table_uri}: the watermark in {where} is {raw!r}, not a table version "
-                "(an int >= 0). Fix or delete it; with no watermark the `initial` setting decides "
-                "where loading starts.",
+                '(an int >= 0, or {"version": <int >= 0>, "table_id": <str>}). Fix or delete it; '
+                "with no watermark the `initial` setting decides where loading starts.",
                 table_uri=self.table_uri,
             )
-        return raw
+        return Watermark(version, table_id)
 
     def _require_version(self, version: int) -> None:
-        if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+        if not _is_version(version):
             raise WatermarkError(
                 f"{self.table_uri}: refusing to store watermark {version!r} under {self.key!r}; "
                 "a watermark is a table version (an int >= 0).",
@@ -80,6 +119,10 @@ class WatermarkStore(ABC):
         return f"{type(self).__name__}(key={self.key!r}, table_uri={self.table_uri!r})"
 
 
+def _is_version(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 class XComWatermarkStore(WatermarkStore):
     """Watermark in an XCom of ``task_id``, read from the latest run that has one."""
 
@@ -87,21 +130,24 @@ class XComWatermarkStore(WatermarkStore):
         super().__init__(key=key, table_uri=table_uri)
         self.task_id = task_id
 
-    def read(self, context: Context) -> int | None:
-        ti = context["ti"]
-        task_id = self.task_id or ti.task_id
-        # map_indexes=-1 asks for the single, newest matching value of an unmapped task.
-        raw = ti.xcom_pull(task_ids=task_id, key=self.key, include_prior_dates=True, map_indexes=-1)
-        return self._checked(raw, f"XCom {self.key!r} of task {task_id!r}")
+    def where(self, context: Context) -> str:
+        return f"XCom {self.key!r} of task {self.task_id or context['ti'].task_id!r}"
 
-    def write(self, context: Context, version: int) -> None:
-        self._require_version(version)
-        context["ti"].xcom_push(key=self.key, value=version)
-        log.info("Watermark of %s is now %d (XCom %r)", self.table_uri, version, self.key)
+    def _get(self, context: Context) -> Any:
+        ti = context["ti"]
+        # map_indexes=-1 asks for the single, newest matching value of an unmapped task.
+        return ti.xcom_pull(task_ids=self.task_id or ti.task_id, key=self.key,
+                            include_prior_dates=True, map_indexes=-1)
+
+    def _put(self, context: Context, value: Any) -> None:
+        context["ti"].xcom_push(key=self.key, value=value)
 
 
 class VariableWatermarkStore(WatermarkStore):
-    """Watermark in an Airflow Variable holding JSON ``{table_uri: version}``."""
+    """Watermark in an Airflow Variable holding JSON ``{table_uri: watermark}``."""
+
+    def where(self, context: Context) -> str:
+        return f"Airflow Variable {self.key!r}"
 
     def _load(self) -> dict[str, Any]:
         from airflow.sdk import Variable
@@ -120,31 +166,29 @@ class VariableWatermarkStore(WatermarkStore):
     def _malformed(self, problem: str) -> WatermarkError:
         return WatermarkError(
             f"{self.table_uri}: Airflow Variable {self.key!r} {problem}; it must hold JSON like "
-            f'{{"{self.table_uri}": 42}}. Fix the Variable, or delete it to start over with '
+            f'{{"{self.table_uri}": {{"version": 42, "table_id": "<id>"}}}} (or '
+            f'{{"{self.table_uri}": 42}}). Fix the Variable, or delete it to start over with '
             "the `initial` setting.",
             table_uri=self.table_uri,
         )
 
-    def read(self, context: Context) -> int | None:
-        return self._checked(self._load().get(self.table_uri), f"Airflow Variable {self.key!r}")
+    def _get(self, context: Context) -> Any:
+        return self._load().get(self.table_uri)
 
-    def write(self, context: Context, version: int) -> None:
+    def _put(self, context: Context, value: Any) -> None:
         from airflow.sdk import Variable
 
-        self._require_version(version)
         watermarks = self._load()
-        watermarks[self.table_uri] = version
+        watermarks[self.table_uri] = value
         Variable.set(self.key, json.dumps(watermarks, sort_keys=True))
         stored = self._load().get(self.table_uri)
-        if stored != version:
+        if stored != value:
             raise WatermarkError(
-                f"{self.table_uri}: wrote watermark {version} to Airflow Variable {self.key!r} but "
-                f"it reads back as {stored!r}. A secrets backend defining {self.key!r} takes "
+                f"{self.table_uri}: wrote watermark {value!r} to Airflow Variable {self.key!r} "
+                f"but it reads back as {stored!r}. A secrets backend defining {self.key!r} takes "
                 "precedence over the metadata DB; remove it there or choose another key.",
                 table_uri=self.table_uri,
-                version=version,
             )
-        log.info("Watermark of %s is now %d (Variable %r)", self.table_uri, version, self.key)
 
 
 class AssetStateWatermarkStore(WatermarkStore):
@@ -154,14 +198,14 @@ class AssetStateWatermarkStore(WatermarkStore):
         super().__init__(key=key, table_uri=table_uri)
         self.asset = asset
 
-    def read(self, context: Context) -> int | None:
-        raw = self._with_state(context, lambda state: state.get(self.key))
-        return self._checked(raw, f"asset state {self.key!r}")
+    def where(self, context: Context) -> str:
+        return f"asset state {self.key!r}"
 
-    def write(self, context: Context, version: int) -> None:
-        self._require_version(version)
-        self._with_state(context, lambda state: state.set(self.key, version))
-        log.info("Watermark of %s is now %d (asset state %r)", self.table_uri, version, self.key)
+    def _get(self, context: Context) -> Any:
+        return self._with_state(context, lambda state: state.get(self.key))
+
+    def _put(self, context: Context, value: Any) -> None:
+        self._with_state(context, lambda state: state.set(self.key, value))
 
     def _with_state(self, context: Context, action: Callable[[Any], Any]) -> Any:
         """Run ``action`` on the asset's state accessor, explaining why it is out of reach."""
@@ -241,6 +285,39 @@ def validate_initial(initial: Initial, table_uri: str) -> Initial:
     )
 
 
+def watermark_for_table(
+    stored: Watermark | None,
+    table_id: str | None,
+    *,
+    table_uri: str,
+    reset_if_ahead: bool = False,
+) -> int | None:
+    """The stored version, if the watermark was written for the table now at ``table_uri``.
+
+    Another table id means the table was dropped and recreated, or replaced, at the same path:
+    its versions count from 0 again, so reading from the old watermark would skip them. That
+    raises :class:`WatermarkError`, unless ``reset_if_ahead`` asks to drop the watermark
+    (``None``: ``initial`` decides). A watermark stored without an id (older writes) or an
+    unknown current id is not checked.
+    """
+    if stored is None or None in (stored.table_id, table_id) or stored.table_id == table_id:
+        return None if stored is None else stored.version
+    if not reset_if_ahead:
+        raise WatermarkError(
+            f"{table_uri}: the watermark (version {stored.version}) was written for table id "
+            f"{stored.table_id}, but the table there now has id {table_id}; it was dropped and "
+            "recreated, or replaced. Set reset_if_ahead=True to restart with the `initial` "
+            "setting, or clear the watermark, after checking the table.",
+            table_uri=table_uri,
+            version=stored.version,
+        )
+    log.warning(
+        "%s: watermark %d belongs to table id %s, the table now has id %s; resetting it as asked",
+        table_uri, stored.version, stored.table_id, table_id,
+    )
+    return None
+
+
 def resolve_start_version(
     store_value: int | None,
     *,
@@ -258,7 +335,8 @@ def resolve_start_version(
 
     A watermark above ``latest`` means the table was recreated or replaced (or the watermark
     belongs to another table): that raises :class:`WatermarkError`, unless ``reset_if_ahead``
-    asks to drop the watermark and apply ``initial`` instead.
+    asks to drop the watermark and apply ``initial`` instead. A recreated table that has grown
+    past the watermark is caught by :func:`watermark_for_table` before this.
     """
     validate_initial(initial, table_uri)
     if store_value is not None and store_value > latest:

@@ -45,10 +45,13 @@ class FixedWatermark(WatermarkStore):
         super().__init__(key="bench", table_uri=table_uri)
         self.version = version
 
-    def read(self, context) -> int:
+    def where(self, context) -> str:
+        return "the benchmark"
+
+    def _get(self, context) -> int:
         return self.version
 
-    def write(self, context, version: int) -> None:
+    def _put(self, context, value) -> None:
         raise NotImplementedError("the benchmark never advances its watermark")
 
 

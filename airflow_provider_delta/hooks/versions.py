@@ -9,6 +9,7 @@ from typing import TypedDict
 
 import obstore
 
+from airflow_provider_delta.core.actions import table_metadata
 from airflow_provider_delta.core.protocol import check_protocol
 from airflow_provider_delta.core.replay import replay
 from airflow_provider_delta.core.storage import LOG_DIR, TableLocation, commit_name
@@ -32,23 +33,31 @@ class VersionProbe:
 
     A poke costs one listing from the watermark on (``core.latest_version``'s rule) and one
     read of the head commit: never a log replay, whatever the table's history. Only the
-    first poke of a probe also replays the head's protocol (from the newest checkpoint), to
-    refuse tables this provider cannot read -- above all catalog-managed ones, whose newest
-    commits are not in ``_delta_log`` at all, so a sensor would wait for them forever.
+    first poke of a probe also replays the head's protocol and metadata (from the newest
+    checkpoint), to refuse tables this provider cannot read -- above all catalog-managed ones,
+    whose newest commits are not in ``_delta_log`` at all, so a sensor would wait for them
+    forever -- and to learn the table id (:attr:`table_id`), which tells a recreated table
+    from the one a watermark was written for.
     """
 
     def __init__(self, table_uri: str, storage_options: Mapping[str, str] | None = None):
         self.table_uri = table_uri
         self.location = TableLocation(table_uri, dict(storage_options) if storage_options else None)
-        self._protocol_checked = False
+        self.table_id: str | None = None  # of the head at the first `latest`
 
     def latest(self, since: int | None) -> int:
         """The latest version, listing ``_delta_log`` only from ``since`` (a known version) on."""
         version = newest_version(self.location, since)
-        if not self._protocol_checked:
-            check_protocol(self.table_uri, replay(self.location, version).protocol or {}, version)
-            self._protocol_checked = True
+        if self.table_id is None:
+            self.table_id = self.table_id_at(version)
         return version
+
+    def table_id_at(self, version: int) -> str:
+        """The table id (``metaData.id``) at ``version``, refusing tables we cannot read."""
+        state = replay(self.location, version)
+        protocol = state.protocol or {}
+        check_protocol(self.table_uri, protocol, version)
+        return table_metadata(state.metadata or {}, protocol).table_id
 
     def new_range(self, start_version: int, latest: int, min_new_versions: int = 1
                   ) -> VersionRange | None:

@@ -38,6 +38,7 @@ from airflow.sdk import Asset
 import airflow_provider_delta
 from airflow_provider_delta import core
 from airflow_provider_delta.hooks.delta import DeltaHook
+from airflow_provider_delta.hooks.versions import VersionProbe
 from airflow_provider_delta.job import driver
 from airflow_provider_delta.job.sinks import make_sink
 from airflow_provider_delta.job.spec import JobResult, JobSpec, SinkSpec, stable_app_id
@@ -49,6 +50,7 @@ from airflow_provider_delta.watermarks import (
     resolve_start_version,
     validate_initial,
     validate_store_kind,
+    watermark_for_table,
 )
 
 if TYPE_CHECKING:
@@ -220,9 +222,11 @@ class DeltaIncrementalOperator(_DeltaSparkJobOperator):
     The range is, in this order: ``start_version``/``end_version`` when given (a backfill; it
     moves the watermark only with ``move_watermark=True``), the XCom of ``sensor_task_id``
     (a :class:`~airflow_provider_delta.sensors.DeltaVersionSensor`), or the watermark store
-    (``watermark + 1 .. latest``). Without a watermark, ``initial="snapshot"`` (the default)
-    loads the current snapshot and records its version; ``"latest"``, ``"earliest"`` or a
-    version number start an incremental read as the sensor's ``initial`` does.
+    (``watermark + 1 .. latest``; the watermark also records the source's table id, and a
+    table dropped and recreated since fails unless ``reset_if_ahead``). Without a watermark,
+    ``initial="snapshot"`` (the default) loads the current snapshot and records its version;
+    ``"latest"``, ``"earliest"`` or a version number start an incremental read as the sensor's
+    ``initial`` does.
 
     Rows go through ``transform`` (``"module:function"`` called as ``f(spark, df, context)``)
     or ``sql`` (over the temp view ``changes``), then into the sink: ``"delta"`` appends to the
@@ -240,6 +244,10 @@ class DeltaIncrementalOperator(_DeltaSparkJobOperator):
     :param watermark_store: ``"xcom"`` (default; an XCom of this task), ``"variable"`` or
         ``"asset_state"``.
     :param watermark_key: XCom key, Variable name or asset-state key of the watermark.
+    :param initial: where to start without a watermark (see above).
+    :param reset_if_ahead: a watermark above the latest version, or written for another table
+        id (the table was dropped and recreated, or replaced, at the same path), restarts with
+        ``initial`` instead of failing with :class:`~airflow_provider_delta.errors.WatermarkError`.
     :param move_watermark: whether this run moves the watermark; default: yes, except for an
         explicit range.
     :param ignore_deletes: as Delta's streaming option of the same name (also
@@ -318,9 +326,15 @@ class DeltaIncrementalOperator(_DeltaSparkJobOperator):
             self.advance_watermark(context, request.end_version)
         return self.finish(context, result)
 
+    @cached_property
+    def probe(self) -> VersionProbe:
+        """The source's head: its latest version and table id."""
+        return VersionProbe(self.table_uri, self.source_storage_options)
+
     def advance_watermark(self, context: Context, version: int) -> None:
         """Record ``version`` as fully processed; called only after the sink committed."""
-        self.store.write(context, version)
+        # The id at `version` itself: the head may already belong to a table recreated since.
+        self.store.write(context, version, table_id=self.probe.table_id_at(version))
 
     def resolve_request(self, context: Context) -> LoadRequest | None:
         """The range to load (None: nothing new), from explicit versions, sensor or watermark."""
@@ -348,8 +362,12 @@ class DeltaIncrementalOperator(_DeltaSparkJobOperator):
         return self._from_watermark(context, moves)
 
     def _from_watermark(self, context: Context, moves: bool) -> LoadRequest | None:
-        watermark = self.store.read(context)
-        latest = self._latest(since=watermark)
+        stored = self.store.read_watermark(context)
+        latest = self.probe.latest(since=None if stored is None else stored.version)
+        watermark = watermark_for_table(
+            stored, self.probe.table_id, table_uri=self.table_uri,
+            reset_if_ahead=self.reset_if_ahead,
+        )
         if watermark is None and self.initial == "snapshot":
             return LoadRequest("snapshot", latest, latest, moves)
         start = resolve_start_version(
@@ -364,9 +382,8 @@ class DeltaIncrementalOperator(_DeltaSparkJobOperator):
             self.advance_watermark(context, latest)
         return None
 
-    def _latest(self, since: int | None = None) -> int:
-        return core.latest_version(self.table_uri, since=since,
-                                   storage_options=self.source_storage_options)
+    def _latest(self) -> int:
+        return core.latest_version(self.table_uri, storage_options=self.source_storage_options)
 
 
 class DeltaTimeTravelOperator(_DeltaSparkJobOperator):

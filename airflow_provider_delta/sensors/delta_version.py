@@ -21,6 +21,7 @@ from airflow_provider_delta.watermarks import (
     resolve_start_version,
     validate_initial,
     validate_store_kind,
+    watermark_for_table,
 )
 
 if TYPE_CHECKING:
@@ -31,10 +32,12 @@ class DeltaVersionSensor(BaseSensorOperator):
     """Succeed once a Delta table has new versions past the watermark; return their range.
 
     Each poke reads the watermark (the last fully processed version) from the chosen store and
-    lists ``_delta_log`` from there on -- one listing, never a log replay. On success the XCom
-    return value is ``{"table_uri", "start_version", "end_version", "latest_commit_timestamp"}``
-    with ``start_version = watermark + 1`` and ``end_version`` the latest version at that poke;
-    the load task processes that range and then writes ``end_version`` as the new watermark.
+    lists ``_delta_log`` from there on -- one listing; only the first poke of a task run also
+    replays the head's protocol and metadata, and fails if the table id differs from the one
+    the watermark was written for (see ``reset_if_ahead``). On success the XCom return value
+    is ``{"table_uri", "start_version", "end_version", "latest_commit_timestamp"}`` with
+    ``start_version = watermark + 1`` and ``end_version`` the latest version at that poke; the
+    load task processes that range and then writes ``end_version`` as the new watermark.
 
     Without a watermark, ``initial`` decides: ``"latest"`` (the default, as Delta's streaming
     ``startingVersion=latest``) waits for commits after the version that was latest when the
@@ -50,8 +53,9 @@ class DeltaVersionSensor(BaseSensorOperator):
     :param watermark_asset: for ``"asset_state"``: the asset (or its name) holding the
         watermark; default: the sensor's only inlet/outlet.
     :param initial: where to start without a watermark (see above).
-    :param reset_if_ahead: a watermark above the latest version (table recreated) restarts
-        with ``initial`` instead of failing.
+    :param reset_if_ahead: a watermark above the latest version, or written for another table
+        id (the table was dropped and recreated, or replaced, at the same path), restarts with
+        ``initial`` instead of failing with :class:`~airflow_provider_delta.errors.WatermarkError`.
     :param min_new_versions: how many new versions it takes to succeed (default 1).
     :param deferrable: wait in the triggerer instead of a worker slot. ``timeout`` and
         ``soft_fail`` behave as in poke and reschedule mode.
@@ -165,8 +169,13 @@ class DeltaVersionSensor(BaseSensorOperator):
 
     def _find_new_versions(self, context: Context) -> tuple[int, VersionRange | None]:
         """The first version to wait for, and the new range if there is one already."""
-        watermark = self.store.read(context)
-        latest = self.probe.latest(since=watermark)
+        stored = self.store.read_watermark(context)
+        latest = self.probe.latest(since=None if stored is None else stored.version)
+        # The probe's first listing replayed the head, so its table id is known here.
+        watermark = watermark_for_table(
+            stored, self.probe.table_id, table_uri=self.table_uri,
+            reset_if_ahead=self.reset_if_ahead,
+        )
         start_version = self._start_version(context, watermark, latest)
         return start_version, self.probe.new_range(start_version, latest, self.min_new_versions)
 

@@ -14,9 +14,10 @@ from airflow_provider_delta.watermarks import make_watermark_store
 WATERMARK_KEY = "orders_watermark"
 
 
-def incremental_dag(dag_id: str, table_uri: str, store: str, **sensor_kwargs) -> DAG:
+def incremental_dag(dag_id: str, table_uri: str, store: str, *, table_id: str | None = None,
+                    **sensor_kwargs) -> DAG:
     """sense >> load, where ``load`` stands in for the incremental operator: it records the
-    range it was given and writes the range's end as the new watermark."""
+    range it was given and writes the range's end (and ``table_id``) as the new watermark."""
     # The asset state store is reachable from tasks that have the asset as inlet or outlet.
     assets = [Asset(name=f"{dag_id}_table", uri=f"file://{table_uri}")] if store == "asset_state" else []
     with DAG(dag_id, schedule=None, start_date=datetime(2024, 1, 1), catchup=False) as dag:
@@ -32,7 +33,7 @@ def incremental_dag(dag_id: str, table_uri: str, store: str, **sensor_kwargs) ->
             context = get_current_context()
             found = context["ti"].xcom_pull(task_ids="sense")
             make_watermark_store(store, key=WATERMARK_KEY, table_uri=uri).write(
-                context, found["end_version"]
+                context, found["end_version"], table_id=table_id
             )
             return found
 
@@ -71,6 +72,28 @@ def test_asset_state_watermark_carries_across_runs(run_dag, growing_table, range
     assert ranges_of(run_dag(dag)) == (0, 1)
     table.append(3)
     assert ranges_of(run_dag(dag)) == (2, 4)
+
+
+@pytest.mark.parametrize("store", ["xcom", "variable"])
+def test_watermark_records_the_table_id(run_dag, growing_table, ranges_of, xcom_value, store):
+    from airflow.models import Variable
+    from deltalake import DeltaTable
+
+    table = growing_table(2)
+    table_id = DeltaTable(table.uri).metadata().id
+    if store == "variable":
+        Variable.set(WATERMARK_KEY, json.dumps({table.uri: 0}))  # a plain int from older writes
+    dag = incremental_dag(f"delta_table_id_{store}", table.uri, store, table_id=table_id)
+    first = run_dag(dag)
+    assert ranges_of(first) == ((1, 1) if store == "variable" else (0, 1))
+    stored = {"version": 1, "table_id": table_id}
+    if store == "variable":
+        assert Variable.get(WATERMARK_KEY, deserialize_json=True) == {table.uri: stored}
+    else:
+        assert xcom_value(first, "load", WATERMARK_KEY) == stored
+    table.append()
+    assert ranges_of(run_dag(dag)) == (2, 2)  # the new format reads back
+    Variable.delete(WATERMARK_KEY)
 
 
 @pytest.mark.parametrize(("case", "stored", "message"), [

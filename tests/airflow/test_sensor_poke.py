@@ -21,11 +21,14 @@ class MemoryStore(WatermarkStore):
         super().__init__(key="wm", table_uri=table_uri)
         self.value = value
 
-    def read(self, context):
-        return self._checked(self.value, "memory")
+    def where(self, context):
+        return "memory"
 
-    def write(self, context, version):
-        self.value = version
+    def _get(self, context):
+        return self.value
+
+    def _put(self, context, value):
+        self.value = value
 
 
 def sensor_on(table_uri: str, watermark: object = None, **kwargs) -> DeltaVersionSensor:
@@ -191,3 +194,37 @@ def test_shared_append_table_senses_its_last_versions(shared_table):
     uri = shared_table("delta-kernel/basic-with-checkpoint")
     found = sensor_on(uri, watermark=7).poke({}).xcom_value
     assert (found["start_version"], found["end_version"]) == (8, 14)
+
+
+def test_recreated_table_is_told_by_its_id(growing_table, tmp_path, monkeypatch):
+    """A table dropped and recreated at the same path, grown past the old watermark."""
+    import json
+    import shutil
+
+    from deltalake import DeltaTable
+
+    old = growing_table(4, "orders")  # versions 0..3
+    old_id = DeltaTable(old.uri).metadata().id
+    watermark = {old.uri: {"version": 3, "table_id": old_id}}
+    monkeypatch.setenv("AIRFLOW_VAR_ORDERS_WM", json.dumps(watermark))  # a real Variable, no DB
+    shutil.rmtree(old.uri)
+    new = growing_table(6, "orders")  # versions 0..5 of another table at the same path
+    new_id = DeltaTable(new.uri).metadata().id
+    assert new_id != old_id
+
+    def sensor(**kwargs):
+        return DeltaVersionSensor(task_id="sense", table_uri=new.uri, watermark_store="variable",
+                                  watermark_key="orders_wm", **kwargs)
+
+    with pytest.raises(WatermarkError) as caught:
+        sensor().poke({})
+    message = str(caught.value)
+    assert old_id in message and new_id in message and new.uri in message
+    assert "reset_if_ahead=True" in message
+    found = sensor(initial="earliest", reset_if_ahead=True).poke({}).xcom_value
+    assert (found["start_version"], found["end_version"]) == (0, 5)
+    # A watermark written for the new table is read on as before.
+    monkeypatch.setenv("AIRFLOW_VAR_ORDERS_WM", json.dumps({new.uri: {"version": 3,
+                                                                       "table_id": new_id}}))
+    found = sensor().poke({}).xcom_value
+    assert (found["start_version"], found["end_version"]) == (4, 5)

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from airflow_provider_delta.errors import WatermarkError
 from airflow_provider_delta.watermarks import (
     AssetStateWatermarkStore,
     VariableWatermarkStore,
+    Watermark,
     XComWatermarkStore,
     make_watermark_store,
     resolve_start_version,
     validate_initial,
+    watermark_for_table,
 )
 
 URI = "s3://bucket/orders"
@@ -72,7 +76,8 @@ def test_empty_key_is_refused():
         make_watermark_store("variable", key="", table_uri=URI)
 
 
-@pytest.mark.parametrize("raw", ["7", -2, 3.0, False, {"v": 1}])
+@pytest.mark.parametrize("raw", ["7", -2, 3.0, False, {"v": 1}, {"version": -1, "table_id": "a"},
+                                 {"version": 1, "table_id": 5}, {"table_id": "a"}, [1, "a"]])
 def test_malformed_stored_value_is_an_error(raw):
     store = make_watermark_store("variable", key="wm", table_uri=URI)
     with pytest.raises(WatermarkError, match="not a table version"):
@@ -99,3 +104,50 @@ def test_asset_state_store_needs_airflow_3_3():
     store = make_watermark_store("asset_state", key="wm", table_uri=URI)
     with pytest.raises(WatermarkError, match="Airflow >= 3.3"):
         store.read({})
+
+
+@pytest.mark.parametrize(("raw", "expected"), [
+    (7, Watermark(7, None)),  # written before table ids were recorded: still read
+    ({"version": 7, "table_id": "a1"}, Watermark(7, "a1")),
+    ({"version": 0}, Watermark(0, None)),
+])
+def test_stored_value_formats(raw, expected):
+    store = make_watermark_store("variable", key="wm", table_uri=URI)
+    assert store._checked(raw, "somewhere") == expected
+
+
+@pytest.mark.parametrize(("stored", "expected"), [
+    ({URI: 4}, Watermark(4, None)),
+    ({URI: {"version": 4, "table_id": "a1"}, "s3://bucket/other": 9}, Watermark(4, "a1")),
+    ({"s3://bucket/other": 9}, None),
+])
+def test_variable_store_reads_both_formats(monkeypatch, stored, expected):
+    # An environment variable is a real Airflow Variable (secrets backend), no DB needed.
+    monkeypatch.setenv("AIRFLOW_VAR_WM", json.dumps(stored))
+    store = make_watermark_store("variable", key="wm", table_uri=URI)
+    assert store.read_watermark({}) == expected
+    assert store.read({}) == (expected and expected.version)
+
+
+@pytest.mark.parametrize(("stored", "current"), [
+    (Watermark(4, None), "b2"),  # no id recorded: not checked
+    (Watermark(4, "b2"), "b2"),
+    (Watermark(4, "a1"), None),  # current id unknown: not checked
+])
+def test_watermark_of_the_same_table_is_kept(stored, current):
+    assert watermark_for_table(stored, current, table_uri=URI) == 4
+
+
+def test_watermark_of_another_table_names_both_ids_and_the_fix():
+    with pytest.raises(WatermarkError) as caught:
+        watermark_for_table(Watermark(4, "a1"), "b2", table_uri=URI)
+    message = str(caught.value)
+    assert URI in message and "a1" in message and "b2" in message
+    assert "recreated" in message and "reset_if_ahead=True" in message
+    assert "clear the watermark" in message
+    assert caught.value.permanent and caught.value.version == 4
+
+
+def test_watermark_of_another_table_is_dropped_with_reset_if_ahead():
+    assert watermark_for_table(Watermark(4, "a1"), "b2", table_uri=URI, reset_if_ahead=True) is None
+    assert watermark_for_table(None, "b2", table_uri=URI) is None

@@ -53,6 +53,11 @@ def append_rows(uri: str, ids: list[int]) -> None:
                                    "name": pa.array(names, pa.string())}), mode="append")
 
 
+def recorded(table_uri: str, version: int) -> dict:
+    """The watermark the operator records: the version and the table's id (``metaData.id``)."""
+    return {"version": version, "table_id": DeltaTable(table_uri).metadata().id}
+
+
 def watermark(variable: str) -> dict | None:
     """The JSON watermark Variable, None when there is none."""
     from airflow.models import Variable

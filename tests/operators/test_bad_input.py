@@ -6,16 +6,24 @@ failures inside the job are shown by running the driver's ``run_job`` on the tes
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 from dataclasses import replace
 
 import pytest
 from deltalake import DeltaTable
 
-from airflow_provider_delta.errors import SinkSchemaMismatchError, VersionNotAvailableError
+from airflow_provider_delta.errors import (
+    SinkSchemaMismatchError,
+    VersionNotAvailableError,
+    WatermarkError,
+)
 from airflow_provider_delta.job.driver import run_job
 from airflow_provider_delta.job.spec import JobSpec, SinkSpec
 from airflow_provider_delta.operators import DeltaIncrementalOperator, DeltaTimeTravelOperator
+from airflow_provider_delta.operators.delta_load import LoadRequest
+from airflow_provider_delta.watermarks import VariableWatermarkStore
 
 from .conftest import append_rows, delta_rows
 
@@ -102,3 +110,37 @@ def test_an_unwritable_target_commits_nothing(spark, source, tmp_path):
     with pytest.raises(Exception, match="(?i)not a directory|already exists|mkdirs"):
         run_job(spark, _spec(source, str(blocker / "target")))
     assert blocker.read_text() == "not a folder"
+
+
+def test_recreated_source_is_refused_unless_reset(source, tmp_path, monkeypatch):
+    """The watermark's table id differs from the source's: it was dropped and recreated."""
+    old_id = DeltaTable(source).metadata().id
+    # An environment variable is a real Airflow Variable (secrets backend), no DB needed.
+    monkeypatch.setenv("AIRFLOW_VAR_SOURCE_WM",
+                       json.dumps({source: {"version": 1, "table_id": old_id}}))
+    shutil.rmtree(source)
+    for ids in ([0], [1], [2], [3]):
+        append_rows(source, ids)  # versions 0..3 of a new table
+    new_id = DeltaTable(source).metadata().id
+
+    def load(**kwargs):
+        return DeltaIncrementalOperator(
+            task_id="load", table_uri=source, target=str(tmp_path / "t"),
+            watermark_store="variable", watermark_key="source_wm", **kwargs,
+        )
+
+    with pytest.raises(WatermarkError) as caught:
+        load()._from_watermark({}, True)
+    assert old_id in str(caught.value) and new_id in str(caught.value)
+    reset = load(initial="earliest", reset_if_ahead=True)
+    assert reset._from_watermark({}, True) == LoadRequest("changes", 0, 3, True)
+
+    class Kept(VariableWatermarkStore):
+        """Keeps what the operator writes (a Variable write needs the metadata DB)."""
+
+        def _put(self, context, value):
+            self.value = value
+
+    reset.store = Kept(key="source_wm", table_uri=source)
+    reset.advance_watermark({}, 3)
+    assert reset.store.value == {"version": 3, "table_id": new_id}

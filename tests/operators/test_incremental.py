@@ -9,7 +9,7 @@ from airflow.sdk import DAG
 
 from airflow_provider_delta.operators import DeltaIncrementalOperator
 
-from .conftest import SPARK_CONF, append_rows, delta_rows, driver_env, watermark
+from .conftest import SPARK_CONF, append_rows, delta_rows, driver_env, recorded, watermark
 
 pytestmark = pytest.mark.slow
 
@@ -36,7 +36,7 @@ def test_first_run_snapshot_then_only_new_versions(spark_local_conn, run_dag, xc
     result = xcom_value(first, "load")
     assert (result["mode"], result["start_version"], result["end_version"]) == ("snapshot", 1, 1)
     assert (result["rows"], result["files"], result["sink_version"]) == (5, 2, 0)
-    assert watermark("wm_incremental") == {source: 1}
+    assert watermark("wm_incremental") == {source: recorded(source, 1)}
     expected = Counter({row + (1,): n for row, n in delta_rows(source).items()})
     assert delta_rows(target) == expected
 
@@ -47,7 +47,7 @@ def test_first_run_snapshot_then_only_new_versions(spark_local_conn, run_dag, xc
     assert (result["mode"], result["start_version"], result["end_version"]) == ("changes", 2, 3)
     assert [(b["start_version"], b["end_version"], b["rows"], b["sink_version"])
             for b in result["batches"]] == [(2, 2, 2, 1), (3, 3, 1, 2)]
-    assert watermark("wm_incremental") == {source: 3}
+    assert watermark("wm_incremental") == {source: recorded(source, 3)}
     expected.update({(5, "n5", 2): 1, (6, None, 2): 1, (7, "n7", 3): 1})
     assert delta_rows(target) == expected
     assert _last_asset_event_extra(target) == {
@@ -58,7 +58,7 @@ def test_first_run_snapshot_then_only_new_versions(spark_local_conn, run_dag, xc
     third = run_dag(dag)
     assert task_states(third) == {"load": "success"}
     assert xcom_value(third, "load")["batches"] == []
-    assert watermark("wm_incremental") == {source: 3}
+    assert watermark("wm_incremental") == {source: recorded(source, 3)}
     assert delta_rows(target) == expected
 
 
@@ -87,5 +87,5 @@ def test_initial_latest_records_the_current_version_without_loading(run_dag, xco
 
     assert task_states(run) == {"load": "success"}
     assert xcom_value(run, "load")["batches"] == []
-    assert watermark("wm_latest") == {source: 1}
+    assert watermark("wm_latest") == {source: recorded(source, 1)}
     assert not (tmp_path / "target").exists()
