@@ -1,4 +1,4 @@
-"""First checks of the public core API on shared reference tables."""
+"""The public core API on shared reference tables."""
 
 from __future__ import annotations
 
