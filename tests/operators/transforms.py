@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType
 
@@ -24,3 +26,69 @@ def fail_inside_write(spark, df, context):
 
 def raise_error(spark, df, context):
     raise ValueError("the transform found bad data")
+
+
+KILL_MARKER_ENV = "DELTA_TEST_KILL_MARKER"
+
+
+def kill_during_write(spark, df, context):
+    """For batch ``end_version == 2``, SIGKILL the Spark JVM while the sink writes its rows.
+
+    Only while the marker file named by ``$DELTA_TEST_KILL_MARKER`` is missing: the transform
+    creates it first, so a re-run of the same DAG writes the batch normally.
+    """
+    import os
+
+    out = add_batch_end(spark, df, context)
+    marker = os.environ[KILL_MARKER_ENV]
+    if context["end_version"] != 2 or os.path.exists(marker):
+        return out
+    open(marker, "w").close()
+    return out.mapInArrow(partial(_kill_jvm_after_first_batch, f"{marker}.killed"), out.schema)
+
+
+def _kill_jvm_after_first_batch(report, batches):
+    """Runs in a Python worker: hand Spark's writer some rows, then SIGKILL the JVM (the
+    spark-submit process: the worker's daemon's parent), recording its pid in ``report``."""
+    import os
+    import signal
+    import time
+
+    for batch in batches:
+        yield batch
+        break
+    time.sleep(1)  # the writer has opened its staged Parquet file and taken the rows
+    jvm = _ancestor_named("java")
+    with open(report, "w") as out:
+        out.write(str(jvm))
+    os.kill(jvm, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while _state(jvm) not in ("Z", "X") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    os._exit(1)  # the JVM is gone; nothing reads this worker any more
+
+
+def _ancestor_named(name):
+    """The nearest ancestor process whose command is ``name`` (the worker's daemon's JVM)."""
+    import os
+
+    pid = os.getppid()
+    while pid > 1:
+        with open(f"/proc/{pid}/comm") as comm:
+            if comm.read().strip() == name:
+                return pid
+        pid = int(_stat(pid)[1])
+    raise RuntimeError(f"no {name} process above the Python worker {os.getpid()}")
+
+
+def _stat(pid):
+    """(state, ppid) from /proc/<pid>/stat (the command may hold spaces and parentheses)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rsplit(")", 1)[1].split()[:2]
+
+
+def _state(pid):
+    try:
+        return _stat(pid)[0]
+    except FileNotFoundError:
+        return "X"
