@@ -53,6 +53,19 @@ def append_rows(uri: str, ids: list[int]) -> None:
                                    "name": pa.array(names, pa.string())}), mode="append")
 
 
+def four_commit_source(source: str) -> Counter:
+    """Write 4 commits (8 rows) to ``source``; return each row tagged with the version that
+    added it (snapshot(v) minus snapshot(v - 1)), as the tagging transform writes them."""
+    for ids in ([0, 1, 2], [3, 4], [5, 6], [7]):
+        append_rows(source, ids)
+    expected = Counter()
+    for version in range(4):
+        before = delta_rows(source, version - 1) if version else Counter()
+        added = delta_rows(source, version) - before
+        expected.update({row + (version,): n for row, n in added.items()})
+    return expected
+
+
 def recorded(table_uri: str, version: int) -> dict:
     """The watermark the operator records: the version and the table's id (``metaData.id``)."""
     return {"version": version, "table_id": DeltaTable(table_uri).metadata().id}

@@ -10,7 +10,7 @@ from deltalake import DeltaTable
 
 from airflow_provider_delta.operators import DeltaIncrementalOperator
 
-from .conftest import SPARK_CONF, append_rows, delta_rows, driver_env, recorded, watermark
+from .conftest import SPARK_CONF, delta_rows, driver_env, four_commit_source, recorded, watermark
 
 pytestmark = pytest.mark.slow
 
@@ -57,14 +57,7 @@ def _dag(conn_id, source, target, *, fault=None, transform="operators.transforms
 def test_crash_at_each_step_then_rerun_loads_each_row_once(spark_local_conn, run_dag, xcom_value,
                                                           task_states, tmp_path):
     source, target = str(tmp_path / "source"), str(tmp_path / "target")
-    for ids in ([0, 1, 2], [3, 4], [5, 6], [7]):
-        append_rows(source, ids)
-    # Each row lands tagged with the version that added it: snapshot(v) minus snapshot(v - 1).
-    expected = Counter()
-    for version in range(4):
-        before = delta_rows(source, version - 1) if version else Counter()
-        added = delta_rows(source, version) - before
-        expected.update({row + (version,): n for row, n in added.items()})
+    expected = four_commit_source(source)
     assert sum(expected.values()) == 8
 
     run = run_dag(_dag(spark_local_conn, source, target, fault="before_submit"))

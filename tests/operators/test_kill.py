@@ -16,7 +16,7 @@ from airflow_provider_delta.job.spec import stable_app_id
 from airflow_provider_delta.job.storage import to_uri
 from airflow_provider_delta.operators import DeltaIncrementalOperator
 
-from .conftest import SPARK_CONF, append_rows, delta_rows, driver_env, recorded, watermark
+from .conftest import SPARK_CONF, delta_rows, driver_env, four_commit_source, recorded, watermark
 from .transforms import KILL_MARKER_ENV
 
 pytestmark = pytest.mark.slow
@@ -57,13 +57,7 @@ def test_sigkill_mid_write_then_rerun_loads_each_row_once(spark_local_conn, run_
                                                           task_states, tmp_path):
     source, target = str(tmp_path / "source"), str(tmp_path / "target")
     marker = str(tmp_path / "killed-once")
-    for ids in ([0, 1, 2], [3, 4], [5, 6], [7]):
-        append_rows(source, ids)
-    expected = Counter()
-    for version in range(4):
-        before = delta_rows(source, version - 1) if version else Counter()
-        added = delta_rows(source, version) - before
-        expected.update({row + (version,): n for row, n in added.items()})
+    expected = four_commit_source(source)
     app_id = stable_app_id("killed_load", "load", to_uri(target))
 
     # Batches 0 and 1 commit; the JVM is SIGKILLed while batch 2 is being written.
