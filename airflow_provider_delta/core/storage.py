@@ -164,6 +164,22 @@ class TableLocation:
             return os.path.isfile(os.path.join(self.local_root, LOG_DIR, name))
         return self.log_file_mtime_ms(name) is not None
 
+    def read_commit_with_mtime(self, version: int) -> tuple[bytes, int] | None:
+        """Bytes and modification time (epoch ms) of commit ``version``, None if it is missing.
+
+        One GET on object stores: the response carries the object's metadata.
+        """
+        if self.local_root is not None:
+            raw, mtime = self.read_log_file(commit_name(version)), self.commit_mtime_ms(version)
+            return None if raw is None or mtime is None else (raw, mtime)
+        try:
+            result = obstore.get(self.store, f"{LOG_DIR}/{commit_name(version)}")
+            return bytes(result.bytes()), int(result.meta["last_modified"].timestamp() * 1000)
+        except FileNotFoundError:
+            return None
+        except _TRANSIENT_ERRORS as exc:
+            raise TransientStorageError(self.table_uri, str(exc)) from exc
+
     def commit_exists(self, version: int) -> bool:
         return self.log_file_exists(commit_name(version))
 

@@ -7,14 +7,12 @@ import logging
 from collections.abc import Mapping
 from typing import TypedDict
 
-import obstore
-
 from airflow_provider_delta.core.actions import table_metadata
 from airflow_provider_delta.core.protocol import check_protocol
 from airflow_provider_delta.core.replay import replay
-from airflow_provider_delta.core.storage import LOG_DIR, TableLocation, commit_name
+from airflow_provider_delta.core.storage import TableLocation
 from airflow_provider_delta.core.versions import newest_version
-from airflow_provider_delta.errors import TransientStorageError, VersionNotAvailableError
+from airflow_provider_delta.errors import VersionNotAvailableError
 
 log = logging.getLogger(__name__)
 
@@ -85,26 +83,13 @@ class VersionProbe:
         only. Where in-commit timestamps are on, Delta writes ``commitInfo`` (carrying
         ``inCommitTimestamp``) as the commit's first line, so one read settles it.
         """
-        raw, file_time_ms = self._read_commit(version)
+        commit = self.location.read_commit_with_mtime(version)
+        if commit is None:
+            raise self._vanished(version)
+        raw, file_time_ms = commit
         first_action = json.loads(raw.split(b"\n", 1)[0] or b"{}")
         in_commit = (first_action.get("commitInfo") or {}).get("inCommitTimestamp")
         return int(in_commit) if in_commit is not None else file_time_ms
-
-    def _read_commit(self, version: int) -> tuple[bytes, int]:
-        """The commit's bytes and modification time (one GET on object stores)."""
-        if self.location.is_local:
-            raw = self.location.read_log_file(commit_name(version))
-            mtime = self.location.commit_mtime_ms(version)
-            if raw is None or mtime is None:
-                raise self._vanished(version)
-            return raw, mtime
-        try:
-            result = obstore.get(self.location.store, f"{LOG_DIR}/{commit_name(version)}")
-            return bytes(result.bytes()), int(result.meta["last_modified"].timestamp() * 1000)
-        except FileNotFoundError:
-            raise self._vanished(version) from None
-        except obstore.exceptions.GenericError as err:
-            raise TransientStorageError(self.table_uri, str(err)) from err
 
     def _vanished(self, version: int) -> VersionNotAvailableError:
         return VersionNotAvailableError(
