@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import re
+import time
 from dataclasses import dataclass
 from functools import cached_property
 from urllib.parse import unquote, urlparse
@@ -36,6 +37,12 @@ _CLIENT_OPTION_KEYS = {
 # Spark's Hadoop names for S3; obstore knows the bucket as s3://. Paths keep the given scheme.
 _HADOOP_S3_SCHEMES = {"s3a": "s3", "s3n": "s3"}
 _TRANSIENT_ERRORS = (obstore.exceptions.GenericError,)
+# Newest version named in a local _delta_log, by folder: (folder mtime in ns, version). A folder
+# gets a new mtime whenever an entry is added, removed or renamed, so an unchanged mtime means an
+# unchanged answer -- unless the listing ran within the same clock tick as the last change, so
+# only folders unchanged for a while are remembered.
+_NEWEST_LOCAL: dict[str, tuple[int, int | None]] = {}
+_SETTLED_NS = 2_000_000_000
 
 
 @dataclass(frozen=True)
@@ -198,6 +205,27 @@ class TableLocation:
 
     # -- listing -------------------------------------------------------------------------
 
+    def newest_listed_version(self) -> int | None:
+        """The highest commit or checkpoint version in a local ``_delta_log/``, None if none.
+
+        Lists the folder only when it changed since the last listing in this process, so
+        repeated calls on an idle table cost one ``stat``.
+        """
+        folder = os.path.join(self.local_root, LOG_DIR)
+        try:
+            changed_ns = os.stat(folder).st_mtime_ns
+        except (FileNotFoundError, NotADirectoryError) as exc:
+            raise TableNotFoundError(self.table_uri, f"{folder} does not exist") from exc
+        remembered = _NEWEST_LOCAL.get(folder)
+        if remembered is not None and remembered[0] == changed_ns:
+            return remembered[1]
+        listed_at_ns = time.time_ns()
+        newest = _newest_version_named(os.listdir(folder))
+        if listed_at_ns - changed_ns > _SETTLED_NS:
+            _NEWEST_LOCAL[folder] = (changed_ns, newest)
+        return newest
+
+
     def list_log(self, from_version: int = 0, *, with_mtime: bool = False,
                  until_version: int | None = None) -> list[LogEntry]:
         """Commits and checkpoints with version >= ``from_version``, sorted by name.
@@ -264,6 +292,17 @@ class TableLocation:
         if decoded.startswith("/"):
             return "file://" + decoded
         return f"{self.root_uri}/{decoded}"
+
+
+def _newest_version_named(names: list[str]) -> int | None:
+    """The highest version among commit and checkpoint names (names sort by version)."""
+    numbered = [n for n in names if n[:1].isdigit()]
+    newest = _version_of(max(numbered)) if numbered else None
+    if newest is not None or not numbered:
+        return newest
+    # the greatest name is something else (e.g. a stray temp file): look at each in turn
+    return next((v for v in map(_version_of, sorted(numbered, reverse=True)) if v is not None),
+                None)
 
 
 def _version_of(name: str) -> int | None:

@@ -7,6 +7,7 @@ import datetime as dt
 import logging
 
 from airflow_provider_delta.core.actions import parse_datetime
+from airflow_provider_delta.core.protocol import check_protocol
 from airflow_provider_delta.core.replay import earliest_recreatable, read_commit, replay
 from airflow_provider_delta.core.storage import LogEntry, TableLocation
 from airflow_provider_delta.errors import (
@@ -25,20 +26,28 @@ def latest_version(table_uri: str, *, since: int | None = None,
     it the search starts at ``_last_checkpoint`` (ignored when corrupt), else at the start.
 
     On object stores this is one start-after listing. A local folder has no such listing, so
-    with ``since`` the next commit names are probed one ``stat`` each; a hole followed by later
-    commits is then only seen by a call without ``since`` (which scans the folder and raises
-    LogGapError).
+    with ``since`` the next commit names are probed one ``stat`` each, and the folder's
+    newest entry (listed again only when the folder changed) tells a hole from the head.
+    A commit missing after ``since`` raises LogGapError naming it.
+
+    Tables this provider cannot read (catalog-managed ones above all: their newest commits
+    are not in ``_delta_log``, so the answer would be stale) raise UnsupportedFeatureError;
+    that costs one replay of the head's protocol (its checkpoint and the commits after it).
     """
-    return newest_version(TableLocation(table_uri, storage_options), since)
+    location = TableLocation(table_uri, storage_options)
+    version = newest_version(location, since)
+    check_protocol(table_uri, replay(location, version).protocol, version)
+    return version
 
 
 def newest_version(location: TableLocation, since: int | None = None) -> int:
     """:func:`latest_version` on an open location."""
     if since is not None and location.is_local and location.commit_exists(since):
-        version = since
-        while location.commit_exists(version + 1):
-            version += 1
-        return version
+        version = _probe_local_commits(location, since)
+        newest_listed = location.newest_listed_version()
+        if newest_listed is None or newest_listed <= version:
+            return version
+        # Something lies beyond the first missing name: a hole, or commits made meanwhile.
     hint = since
     if hint is None and not location.is_local:
         checkpoint = location.last_checkpoint_hint()
@@ -48,17 +57,26 @@ def newest_version(location: TableLocation, since: int | None = None) -> int:
         entries = location.list_log(0)  # the hint was ahead of the log: look at everything
     if not entries:
         raise TableNotFoundError(location.table_uri)
-    _check_contiguous(location, entries)
+    _check_contiguous(location, entries, since)
     return max(e.version for e in entries)
 
 
-def _check_contiguous(location: TableLocation, entries: list[LogEntry]) -> None:
-    """Commits after the newest checkpoint (or the first commit) must have no holes."""
+def _probe_local_commits(location: TableLocation, since: int) -> int:
+    """The last version of the unbroken run of commit files from ``since`` (one stat each)."""
+    version = since
+    while location.commit_exists(version + 1):
+        version += 1
+    return version
+
+
+def _check_contiguous(location: TableLocation, entries: list[LogEntry], since: int | None) -> None:
+    """No commit may be missing after ``since`` (a gap there loses data, even behind a
+    checkpoint); without it, after the newest checkpoint (or the first commit)."""
     checkpoints = [e.version for e in entries if not e.is_commit]
     commits = sorted(e.version for e in entries if e.is_commit)
     if not commits:
         return
-    base = max(checkpoints) if checkpoints else commits[0]
+    base = commits[0] if since is not None or not checkpoints else max(checkpoints)
     expected = set(range(base + 1, commits[-1] + 1))
     missing = expected.difference(commits)
     if missing:

@@ -266,3 +266,16 @@ def test_v2_checkpoint_needs_its_sidecars(shared_table):
         sidecar.unlink()
     with pytest.raises(InvalidLogError, match="sidecar"):
         plan_snapshot(str(path))
+
+
+@pytest.mark.parametrize(("name", "feature"), [
+    ("delta-kernel/catalog-owned-preview", "catalogManaged"),
+    ("delta-rs-errors/table_d", "catalogOwned"),
+])
+def test_catalog_managed_tables_have_no_latest_version(shared_table, name, feature):
+    """Their newest commits live in the catalog: a version from _delta_log alone is stale."""
+    path = shared_table(name)
+    for since in (None, 0):
+        with pytest.raises(UnsupportedFeatureError, match="catalog-managed") as caught:
+            latest_version(path, since=since)
+        assert caught.value.feature == feature and path in str(caught.value)
