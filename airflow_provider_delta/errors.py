@@ -166,3 +166,20 @@ class SinkSchemaMismatchError(DeltaProviderError):
             "types, or point the sink at a new table path.",
             table_uri=target_uri,
         )
+
+
+class DamagedLogFileError(InvalidLogError):
+    """A file of ``_delta_log`` cannot be read: torn or garbage JSON, an empty commit, a
+    truncated or empty checkpoint, a ``_last_checkpoint`` naming a checkpoint that is gone."""
+
+    def __init__(self, table_uri: str, version: int, file_name: str, damage: str, remedy: str = ""):
+        DeltaProviderError.__init__(
+            self,
+            f"{table_uri}: _delta_log/{file_name} (version {version}) is damaged: {damage}. "
+            + (remedy or "Restore the file from a backup or from the writer; versions that need "
+               "it cannot be read until then."),
+            table_uri=table_uri,
+            version=version,
+        )
+        self.file_name = file_name
+        self.damage = damage

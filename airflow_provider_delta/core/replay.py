@@ -10,6 +10,7 @@ sidecars) with pyarrow.
 from __future__ import annotations
 
 import io
+import json
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterable, Iterator, Mapping
@@ -25,7 +26,8 @@ from airflow_provider_delta.core.storage import (
     CheckpointFile, LogEntry, TableLocation, commit_name,
 )
 from airflow_provider_delta.errors import (
-    InvalidLogError, LogGapError, TableNotFoundError, VersionNotAvailableError,
+    DamagedLogFileError, InvalidLogError, LogGapError, TableNotFoundError,
+    VersionNotAvailableError,
 )
 
 log = logging.getLogger(__name__)
@@ -63,7 +65,37 @@ class LogState:
 def read_commit(location: TableLocation, version: int) -> list[dict[str, Any]] | None:
     """The actions of commit ``version``, None if the commit file does not exist."""
     raw = location.read_log_file(commit_name(version))
-    return None if raw is None else list(parse_commit(raw))
+    return None if raw is None else commit_actions(location, version, raw)
+
+
+def commit_actions(location: TableLocation, version: int, raw: bytes) -> list[dict[str, Any]]:
+    """The actions in the bytes of commit ``version``; DamagedLogFileError if they are damaged.
+
+    An empty file is damage too: every commit holds at least one action, and treating it as
+    an empty commit would move a watermark past versions whose actions are lost.
+    """
+    if not raw.strip():
+        raise DamagedLogFileError(location.table_uri, version, commit_name(version),
+                                  "the commit file is empty, its actions are lost")
+    try:
+        actions = list(parse_commit(raw))
+    except ValueError:  # JSONDecodeError, UnicodeDecodeError
+        actions = None
+    if actions is None or not all(isinstance(a, dict) for a in actions):
+        raise DamagedLogFileError(location.table_uri, version, commit_name(version),
+                                  f"{_first_bad_line(raw)} is not a JSON action (torn or garbage)")
+    return actions
+
+
+def _first_bad_line(raw: bytes) -> str:
+    for number, line in enumerate(raw.splitlines(), 1):
+        try:
+            if not line.strip() or isinstance(json.loads(line), dict):
+                continue
+        except ValueError:
+            pass
+        return f"line {number}"
+    return "a line"
 
 
 def read_commits(location: TableLocation, versions: range
@@ -90,14 +122,11 @@ def replay(location: TableLocation, version: int, *, with_files: bool = False) -
     below it, or beyond the latest commit), LogGapError if a commit after the checkpoint is
     missing, InvalidLogError if no protocol or metadata is found.
     """
-    checkpoint = find_checkpoint(location, version)
-    state = LogState(version, files={} if with_files else None)
-    first_commit = 0
-    if checkpoint:
-        log.debug("%s: replaying from checkpoint %s", location.table_uri, checkpoint[0].name)
-        state.apply(read_checkpoint(location, checkpoint, with_files=with_files))
-        first_commit = checkpoint[0].version + 1
+    state, checkpoint, damaged = _checkpoint_state(location, version, with_files)
+    first_commit = checkpoint[0].version + 1 if checkpoint else 0
     for commit_version, actions in read_commits(location, range(first_commit, version + 1)):
+        if actions is None and damaged is not None:
+            raise _without_fallback(damaged, version, commit_version)
         if actions is None:
             raise_unreadable(location, version, commit_version, from_checkpoint=bool(checkpoint))
         state.last_commit = actions
@@ -109,6 +138,38 @@ def replay(location: TableLocation, version: int, *, with_files: bool = False) -
         absent = "protocol" if state.protocol is None else "metaData"
         raise InvalidLogError(location.table_uri, version, f"no {absent} action at or before it")
     return state
+
+
+def _checkpoint_state(location: TableLocation, version: int, with_files: bool
+                      ) -> tuple[LogState, list[CheckpointFile] | None, DamagedLogFileError | None]:
+    """The state of the newest readable checkpoint at or below ``version`` (None: start at 0).
+
+    A damaged checkpoint is passed over for an older one, or for the commits from 0, as
+    Delta does; the damage is returned so that it can be reported if those are gone too.
+    """
+    damaged = None
+    below = version
+    while below >= 0 and (checkpoint := find_checkpoint(location, below)):
+        state = LogState(version, files={} if with_files else None)
+        try:
+            log.debug("%s: replaying from checkpoint %s", location.table_uri, checkpoint[0].name)
+            state.apply(read_checkpoint(location, checkpoint, with_files=with_files))
+            return state, checkpoint, damaged
+        except DamagedLogFileError as err:
+            log.warning("%s Replaying from an older checkpoint or from the commits instead.", err)
+            damaged = damaged or err
+            below = checkpoint[0].version - 1
+    return LogState(version, files={} if with_files else None), None, damaged
+
+
+def _without_fallback(damaged: DamagedLogFileError, version: int, first_missing: int
+                      ) -> DamagedLogFileError:
+    return DamagedLogFileError(
+        damaged.table_uri, damaged.version, damaged.file_name, damaged.damage,
+        remedy=f"No older checkpoint can replace it and commit {first_missing} is gone, so "
+               f"version {version} cannot be rebuilt: restore the file from a backup or from "
+               "the writer, or read a later version that a newer checkpoint covers.",
+    )
 
 
 def raise_unreadable(location: TableLocation, version: int, first_missing: int, *,
@@ -126,20 +187,37 @@ def raise_unreadable(location: TableLocation, version: int, first_missing: int, 
         later = [v for v in commits if v > first_missing]
         gap_end = min(later) if later else version + 1
         raise LogGapError(location.table_uri, range(first_missing, min(gap_end, version + 1)))
+    _raise_if_hint_is_stale(location, first_missing)
     raise VersionNotAvailableError(
         location.table_uri, version, earliest_recreatable(entries), newest,
         hint="The log was cleaned below that version; choose a later one.",
     )
 
 
+def _raise_if_hint_is_stale(location: TableLocation, first_missing: int) -> None:
+    """``_last_checkpoint`` names a checkpoint that is gone, and commits that could replace
+    it are gone too: that is damage, not a cleaned log."""
+    hint = location.last_checkpoint_hint()
+    if hint is None or find_checkpoint(location, int(hint["version"])):
+        return
+    hinted = int(hint["version"])
+    raise DamagedLogFileError(
+        location.table_uri, hinted, "_last_checkpoint",
+        f"it names the checkpoint of version {hinted}, which is not in the log, and commit "
+        f"{first_missing} that would rebuild the table without it is gone too",
+        remedy=f"Restore the checkpoint of version {hinted} from a backup, or read a version "
+               "that another checkpoint covers.",
+    )
+
+
 def earliest_recreatable(entries: list[LogEntry]) -> int | None:
-    """The first version whose state the log can rebuild: 0, or the oldest complete checkpoint."""
-    commits = {e.version for e in entries if e.is_commit}
-    if 0 in commits:
+    """The first version whose state the log can rebuild: 0, or the oldest complete checkpoint;
+    None if there is neither."""
+    if any(e.is_commit and e.version == 0 for e in entries):
         return 0
     for group in _complete_checkpoints(entries):
         return group[0].version
-    return min(commits) if commits else None
+    return None
 
 
 def find_checkpoint(location: TableLocation, version: int) -> list[CheckpointFile] | None:
@@ -228,8 +306,8 @@ def read_checkpoint(location: TableLocation, parts: list[CheckpointFile], *,
         raw = location.read_log_file(part.name)
         if raw is None:
             raise LogGapError(location.table_uri, [part.version])
-        actions = (parse_commit(raw) if part.name.endswith(".json")
-                   else _parquet_actions(raw, columns))
+        actions = (_v2_json_actions(location, part, raw) if part.name.endswith(".json")
+                   else _parquet_actions(location, part.version, part.name, raw, columns))
         for action in actions:
             if "sidecar" in action:
                 if with_files:
@@ -246,19 +324,38 @@ def _sidecar_actions(location: TableLocation, sidecar: Mapping[str, Any], versio
     raw = location.read_log_file(name)
     if raw is None:
         raise InvalidLogError(location.table_uri, version, f"checkpoint sidecar {name} is missing")
-    yield from _parquet_actions(raw, ["add", "remove"])
+    yield from _parquet_actions(location, version, name, raw, ["add", "remove"])
 
 
-def _parquet_actions(raw: bytes, columns: list[str]) -> Iterator[dict[str, Any]]:
+def _v2_json_actions(location: TableLocation, part: CheckpointFile, raw: bytes
+                     ) -> list[dict[str, Any]]:
+    try:
+        actions = list(parse_commit(raw)) if raw.strip() else None
+    except ValueError:  # JSONDecodeError, UnicodeDecodeError
+        actions = None
+    if actions is None:
+        raise DamagedLogFileError(location.table_uri, part.version, part.name,
+                                  "the checkpoint is empty or not JSON (truncated or garbage)")
+    return actions
+
+
+def _parquet_actions(location: TableLocation, version: int, name: str, raw: bytes,
+                     columns: list[str]) -> Iterator[dict[str, Any]]:
     """The non-null actions of the given columns of a checkpoint Parquet file.
 
     Struct columns are turned into Python column by column (one list per field, then zipped
     into dicts): for checkpoints of many files this is several times faster than converting
     row by row.
     """
-    parquet = pq.ParquetFile(io.BytesIO(raw))
-    present = [c for c in columns if c in parquet.schema_arrow.names]
-    table = parquet.read(columns=present)
+    try:
+        parquet = pq.ParquetFile(io.BytesIO(raw))
+        present = [c for c in columns if c in parquet.schema_arrow.names]
+        table = parquet.read(columns=present)
+    except (pa.ArrowException, OSError) as exc:
+        raise DamagedLogFileError(
+            location.table_uri, version, name,
+            f"it is not a readable Parquet file ({len(raw)} bytes, truncated or garbage: {exc})",
+        ) from exc
     for name in present:
         column = table.column(name).combine_chunks()
         actions = column.filter(column.is_valid())

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping
 from typing import TypedDict
 
 from airflow_provider_delta.core.actions import table_metadata
 from airflow_provider_delta.core.protocol import check_protocol
-from airflow_provider_delta.core.replay import replay
+from airflow_provider_delta.core.replay import commit_actions, replay
 from airflow_provider_delta.core.storage import TableLocation
 from airflow_provider_delta.core.versions import newest_version
 from airflow_provider_delta.errors import VersionNotAvailableError
@@ -87,7 +86,7 @@ class VersionProbe:
         if commit is None:
             raise self._vanished(version)
         raw, file_time_ms = commit
-        first_action = json.loads(raw.split(b"\n", 1)[0] or b"{}")
+        first_action = commit_actions(self.location, version, raw.lstrip().split(b"\n", 1)[0])[0]
         in_commit = (first_action.get("commitInfo") or {}).get("inCommitTimestamp")
         return int(in_commit) if in_commit is not None else file_time_ms
 
