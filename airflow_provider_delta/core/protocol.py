@@ -11,10 +11,11 @@ from airflow_provider_delta.errors import SchemaChangeError, UnsupportedFeatureE
 MAX_READER_VERSION = 3
 # Reader features the core plans and the Spark layer reads. inCommitTimestamp is a writer
 # feature, but some writers list it for readers too; rowTracking and domainMetadata need
-# nothing from a reader.
+# nothing from a reader. VARIANT columns are unshredded structs of binaries that Spark 4's
+# Parquet reader turns into its VariantType (shredding is a separate feature, not read here).
 SUPPORTED_READER_FEATURES = frozenset({
     "columnMapping", "deletionVectors", "timestampNtz", "v2Checkpoint", "vacuumProtocolCheck",
-    "domainMetadata", "rowTracking", "inCommitTimestamp",
+    "domainMetadata", "rowTracking", "inCommitTimestamp", "variantType", "variantType-preview",
 })
 _CATALOG_FEATURES = {"catalogManaged", "catalogOwned-preview", "catalogOwned"}
 _CATALOG_HINT = (

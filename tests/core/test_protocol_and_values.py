@@ -7,7 +7,9 @@ import json
 from decimal import Decimal
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
+from deltalake import write_deltalake
 
 from airflow_provider_delta.core import latest_version, plan_changes, plan_snapshot
 from airflow_provider_delta.core.actions import parse_partition_value
@@ -54,6 +56,18 @@ def test_supported_reader_features_are_accepted(shared_table):
     plan = plan_changes(path, 0)
     assert plan.metadata.reader_features == tuple(features)
     assert plan.metadata.min_reader_version == 3
+
+
+def test_variant_type_feature_of_deltalake_deletion_vector_tables_is_planned(tmp_path):
+    """deltalake lists variantType on every table it creates with deletion vectors."""
+    path = str(tmp_path / "t")
+    write_deltalake(path, pa.table({"id": [1, 2]}),
+                    configuration={"delta.enableDeletionVectors": "true"})
+    write_deltalake(path, pa.table({"id": [3]}), mode="append")
+    changes = plan_changes(path, 0)
+    assert "variantType" in changes.metadata.reader_features
+    assert [f.path for f in changes] == data_change_adds(path, 0) + data_change_adds(path, 1)
+    assert sorted(f.path for f in plan_snapshot(path)) == sorted(f.path for f in changes)
 
 
 def test_reader_version_above_three_is_refused(shared_table):

@@ -1,8 +1,11 @@
-"""Helpers for the Spark reader tests: rows as comparable multisets, and the oracles."""
+"""Helpers for the Spark reader tests: rows as comparable multisets, the oracles, and
+deletion vectors encoded with pyroaring."""
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
+import struct
 from collections import Counter
 from decimal import Decimal
 from typing import Any
@@ -12,8 +15,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable, QueryBuilder
+from pyroaring import BitMap64
 
-from airflow_provider_delta.core.model import Plan
+from airflow_provider_delta.core.model import DeletionVectorDescriptor, Plan
+from airflow_provider_delta.spark.deletion_vectors import MAGIC_NUMBER
 
 
 def _hashable(value: Any) -> Any:
@@ -96,3 +101,26 @@ def assert_same_rows():
         assert got == expected, f"missing rows {missing}, unexpected rows {extra}"
 
     return check
+
+
+_Z85 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
+_B85 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz!#$%&()*+-;<=>?@^_`{|}~"
+
+
+def z85_encode(data: bytes) -> str:
+    """Z85 (ZeroMQ RFC 32): base64's b85 code over another alphabet."""
+    return base64.b85encode(data).decode().translate(str.maketrans(_B85, _Z85))
+
+
+def bitmap_bytes(rows: list[int], optimize_runs: bool = True) -> bytes:
+    bitmap = BitMap64(rows)
+    if optimize_runs:
+        bitmap.run_optimize()
+    return struct.pack("<i", MAGIC_NUMBER) + bitmap.serialize()
+
+
+def inline_deletion_vector(rows: list[int]) -> DeletionVectorDescriptor:
+    """An inline (storage type ``i``) vector deleting ``rows``, encoded with pyroaring."""
+    data = bitmap_bytes(rows)
+    padded = data + b"\0" * (-len(data) % 4)  # Z85 encodes 4-byte groups
+    return DeletionVectorDescriptor("i", z85_encode(padded), len(data), len(rows))

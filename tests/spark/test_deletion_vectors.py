@@ -3,7 +3,6 @@ implementation of the same RoaringBitmap format), in every Delta storage type.""
 
 from __future__ import annotations
 
-import base64
 import struct
 import uuid
 import zlib
@@ -21,9 +20,7 @@ from airflow_provider_delta.spark.deletion_vectors import (
     dv_file_uri,
     z85_decode,
 )
-
-_Z85 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
-_B85 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz!#$%&()*+-;<=>?@^_`{|}~"
+from tests.spark.conftest import bitmap_bytes, inline_deletion_vector, z85_encode
 
 ROW_SETS = {
     "array": [0, 3, 9, 65535, 65536, 70000],
@@ -34,28 +31,11 @@ ROW_SETS = {
 }
 
 
-def _z85_encode(data: bytes) -> str:
-    return base64.b85encode(data).decode().translate(str.maketrans(_B85, _Z85))
-
-
-def _bitmap_bytes(rows: list[int], optimize_runs: bool = True) -> bytes:
-    bitmap = BitMap64(rows)
-    if optimize_runs:
-        bitmap.run_optimize()
-    return struct.pack("<i", MAGIC_NUMBER) + bitmap.serialize()
-
-
-def _inline(rows: list[int]) -> DeletionVectorDescriptor:
-    data = _bitmap_bytes(rows)
-    padded = data + b"\0" * (-len(data) % 4)  # Z85 encodes 4-byte groups
-    return DeletionVectorDescriptor("i", _z85_encode(padded), len(data), len(rows))
-
-
 def _write_dv_file(folder, rows_per_vector: list[list[int]], name: str) -> list[tuple[int, int]]:
     """A DV file holding several vectors; returns (offset, size) of each."""
     content, spans = bytearray(b"\x01"), []
     for rows in rows_per_vector:
-        data = _bitmap_bytes(rows)
+        data = bitmap_bytes(rows)
         spans.append((len(content), len(data)))
         content += struct.pack(">i", len(data)) + data + struct.pack(">I", zlib.crc32(data))
     (folder / name).write_bytes(bytes(content))
@@ -65,7 +45,7 @@ def _write_dv_file(folder, rows_per_vector: list[list[int]], name: str) -> list[
 @pytest.mark.parametrize("kind", sorted(ROW_SETS))
 def test_inline_vectors(kind):
     rows = ROW_SETS[kind]
-    got = deleted_rows(_inline(rows), table_root_uri="file:///nowhere", table_uri="t")
+    got = deleted_rows(inline_deletion_vector(rows), table_root_uri="file:///nowhere", table_uri="t")
     assert got.dtype == np.uint64
     assert got.tolist() == sorted(rows)
 
@@ -76,7 +56,7 @@ def test_relative_vectors_with_prefix_and_offsets(tmp_path):
     spans = _write_dv_file(
         tmp_path / "ab", [ROW_SETS["runs"], ROW_SETS["bitmap"]], f"deletion_vector_{dv_id}.bin"
     )
-    encoded = "ab" + _z85_encode(dv_id.bytes)
+    encoded = "ab" + z85_encode(dv_id.bytes)
     root = f"file://{tmp_path}"
     for (offset, size), rows in zip(spans, [ROW_SETS["runs"], ROW_SETS["bitmap"]]):
         dv = DeletionVectorDescriptor("u", encoded, size, len(rows), offset)
@@ -103,7 +83,7 @@ def test_checksum_mismatch_is_refused(tmp_path):
 
 
 def test_cardinality_mismatch_is_refused():
-    dv = _inline([1, 2, 3])
+    dv = inline_deletion_vector([1, 2, 3])
     wrong = DeletionVectorDescriptor("i", dv.path_or_inline_dv, dv.size_in_bytes, 4)
     with pytest.raises(CorruptDeletionVectorError, match="descriptor says 4"):
         deleted_rows(wrong, table_root_uri="file:///x", table_uri="t")
@@ -111,13 +91,13 @@ def test_cardinality_mismatch_is_refused():
 
 def test_wrong_magic_number_is_refused():
     data = struct.pack("<i", 42) + BitMap64([1]).serialize()
-    dv = DeletionVectorDescriptor("i", _z85_encode(data + b"\0" * (-len(data) % 4)), len(data), 1)
+    dv = DeletionVectorDescriptor("i", z85_encode(data + b"\0" * (-len(data) % 4)), len(data), 1)
     with pytest.raises(CorruptDeletionVectorError, match="magic number"):
         deleted_rows(dv, table_root_uri="file:///x", table_uri="t")
 
 
 def test_missing_vector_file_names_version_and_path(tmp_path):
-    dv = DeletionVectorDescriptor("u", _z85_encode(uuid.uuid4().bytes), 40, 2, 1)
+    dv = DeletionVectorDescriptor("u", z85_encode(uuid.uuid4().bytes), 40, 2, 1)
     with pytest.raises(MissingDataFileError) as error:
         deleted_rows(dv, table_root_uri=f"file://{tmp_path}", table_uri="t", version=7)
     assert error.value.version == 7
