@@ -183,3 +183,27 @@ class DamagedLogFileError(InvalidLogError):
         )
         self.file_name = file_name
         self.damage = damage
+
+
+class StorageAccessError(DeltaProviderError):
+    """The store refused the credentials (HTTP 401/403): retrying cannot help."""
+
+    def __init__(self, table_uri: str, detail: str, credentials: str):
+        super().__init__(
+            f"{table_uri}: the store refused access ({detail}). Check {credentials}: they must "
+            f"allow listing and reading {table_uri.rstrip('/')}/_delta_log/.",
+            table_uri=table_uri,
+        )
+
+
+class StorageLocationError(DeltaProviderError):
+    """The table URI or the storage options do not address a store: an unknown scheme, an
+    unknown option, a request the store rejects as malformed. Retrying cannot help."""
+
+    def __init__(self, table_uri: str, detail: str):
+        super().__init__(
+            f"{table_uri}: the store cannot be used ({detail}). Check the table_uri (scheme "
+            "s3://, s3a://, gs://, az://, abfss:// or a local path, then bucket or container) and "
+            "the storage options of the connection given as delta_conn_id (endpoint, region).",
+            table_uri=table_uri,
+        )

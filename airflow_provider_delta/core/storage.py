@@ -20,7 +20,10 @@ from urllib.parse import unquote, urlparse
 import obstore
 from obstore.store import ObjectStore, from_url
 
-from airflow_provider_delta.errors import TableNotFoundError, TransientStorageError
+from airflow_provider_delta.errors import (
+    DeltaProviderError, StorageAccessError, StorageLocationError, TableNotFoundError,
+    TransientStorageError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +39,15 @@ _CLIENT_OPTION_KEYS = {
 }
 # Spark's Hadoop names for S3; obstore knows the bucket as s3://. Paths keep the given scheme.
 _HADOOP_S3_SCHEMES = {"s3a": "s3", "s3n": "s3"}
-_TRANSIENT_ERRORS = (obstore.exceptions.GenericError,)
+_STORE_ERRORS = obstore.exceptions.BaseError
+_ACCESS_ERRORS = (obstore.exceptions.PermissionDeniedError,
+                  obstore.exceptions.UnauthenticatedError)
+_LOCATION_ERRORS = (obstore.exceptions.UnknownConfigurationKeyError,
+                    obstore.exceptions.InvalidPathError, obstore.exceptions.NotSupportedError)
+_HTTP_STATUS = re.compile(r"status code: (\d{3})")
+_STORE_CODE = re.compile(r"<Code>([^<]+)</Code>")
+_RETRYABLE_CLIENT_STATUS = {408, 429}  # request timeout, throttling
+_CREDENTIAL_WORDS = ("key", "secret", "token", "password", "sas", "credential", "service_account")
 # Newest version named in a local _delta_log, by folder: (folder mtime in ns, version). A folder
 # gets a new mtime whenever an entry is added, removed or renamed, so an unchanged mtime means an
 # unchanged answer -- unless the listing ran within the same clock tick as the last change, so
@@ -124,7 +135,41 @@ class TableLocation:
         config, client = split_storage_options(self.storage_options)
         scheme, _, rest = self.root_uri.partition("://")
         url = f"{_HADOOP_S3_SCHEMES.get(scheme, scheme)}://{rest}/"
-        return from_url(url, config=config or None, client_options=client or None)
+        try:
+            return from_url(url, config=config or None, client_options=client or None)
+        except _STORE_ERRORS as exc:  # no request was made: only the URI or options can be wrong
+            raise StorageLocationError(self.table_uri, _short(exc)) from exc
+
+    def storage_error(self, exc: Exception) -> DeltaProviderError:
+        """A failed store request as a permanent or transient error of this table.
+
+        Refused credentials (401/403), a missing bucket (404) and requests the store rejects
+        (other 4xx) are permanent; timeouts, throttling (408/429), 5xx and network failures
+        are transient.
+        """
+        if isinstance(exc, _ACCESS_ERRORS):
+            return StorageAccessError(self.table_uri, _short(exc), self._credentials())
+        if isinstance(exc, _LOCATION_ERRORS):
+            return StorageLocationError(self.table_uri, _short(exc))
+        status = _HTTP_STATUS.search(str(exc))
+        code = int(status.group(1)) if status else None
+        if code in (401, 403):
+            return StorageAccessError(self.table_uri, _short(exc), self._credentials())
+        if code == 404:
+            return TableNotFoundError(self.table_uri, _short(exc))
+        if code is not None and 400 <= code < 500 and code not in _RETRYABLE_CLIENT_STATUS:
+            return StorageLocationError(self.table_uri, _short(exc))
+        return TransientStorageError(self.table_uri, _short(exc))
+
+    def _credentials(self) -> str:
+        """Which credentials were used, by option name (never by value)."""
+        given = sorted(k for k in self.storage_options or {}
+                       if any(word in k.lower() for word in _CREDENTIAL_WORDS))
+        if given:
+            return (f"the credentials in the storage options ({', '.join(given)}), i.e. the "
+                    "login/password or extras of the connection given as delta_conn_id")
+        return ("the credentials of the environment (no key is in the storage options; set "
+                "delta_conn_id to a delta connection with login and password)")
 
     @property
     def is_local(self) -> bool:
@@ -144,8 +189,8 @@ class TableLocation:
             return bytes(obstore.get(self.store, f"{LOG_DIR}/{name}").bytes())
         except FileNotFoundError:
             return None
-        except _TRANSIENT_ERRORS as exc:
-            raise TransientStorageError(self.table_uri, str(exc)) from exc
+        except _STORE_ERRORS as exc:
+            raise self.storage_error(exc) from exc
 
     def log_file_mtime_ms(self, name: str) -> int | None:
         """Modification time of ``_delta_log/<name>`` in epoch ms, None if it does not exist."""
@@ -158,8 +203,8 @@ class TableLocation:
             meta = obstore.head(self.store, f"{LOG_DIR}/{name}")
         except FileNotFoundError:
             return None
-        except _TRANSIENT_ERRORS as exc:
-            raise TransientStorageError(self.table_uri, str(exc)) from exc
+        except _STORE_ERRORS as exc:
+            raise self.storage_error(exc) from exc
         return int(meta["last_modified"].timestamp() * 1000)
 
     def commit_mtime_ms(self, version: int) -> int | None:
@@ -184,8 +229,8 @@ class TableLocation:
             return bytes(result.bytes()), int(result.meta["last_modified"].timestamp() * 1000)
         except FileNotFoundError:
             return None
-        except _TRANSIENT_ERRORS as exc:
-            raise TransientStorageError(self.table_uri, str(exc)) from exc
+        except _STORE_ERRORS as exc:
+            raise self.storage_error(exc) from exc
 
     def commit_exists(self, version: int) -> bool:
         return self.log_file_exists(commit_name(version))
@@ -274,8 +319,8 @@ class TableLocation:
                         return entries
                     entries.append(LogEntry(name, version,
                                             int(meta["last_modified"].timestamp() * 1000)))
-        except _TRANSIENT_ERRORS as exc:
-            raise TransientStorageError(self.table_uri, str(exc)) from exc
+        except _STORE_ERRORS as exc:
+            raise self.storage_error(exc) from exc
         return entries
 
     # -- data file paths -----------------------------------------------------------------
@@ -292,6 +337,18 @@ class TableLocation:
         if decoded.startswith("/"):
             return "file://" + decoded
         return f"{self.root_uri}/{decoded}"
+
+
+def _short(exc: Exception) -> str:
+    """The first line of a store error, cut before any response body, with the HTTP status and
+    the store's error code when there are ones."""
+    text = str(exc)
+    lead = text.split("\n", 1)[0].split(": Error performing", 1)[0].split(": <?xml", 1)[0]
+    status = _HTTP_STATUS.search(text)
+    code = _STORE_CODE.search(text)
+    found = [f"HTTP {status.group(1)}"] if status else []
+    found += [code.group(1)] if code else []
+    return lead[:240] + (f" ({', '.join(found)})" if found else "")
 
 
 def _newest_version_named(names: list[str]) -> int | None:
