@@ -2,11 +2,15 @@
 
 It imports neither Airflow nor Spark. Public API: :func:`latest_version`,
 :func:`plan_changes`, :func:`split_batches`, :func:`plan_snapshot`, :func:`version_at`,
-:func:`commit_timestamp`, and the data model in :mod:`airflow_provider_delta.core.model`.
+:func:`commit_timestamp`, :func:`plan_change_feed`, and the data model in
+:mod:`airflow_provider_delta.core.model`.
 """
 
 from __future__ import annotations
 
+from airflow_provider_delta.core.change_feed import (
+    ChangeFeedPlan, ChangeFile, CommitChanges, plan_change_feed,
+)
 from airflow_provider_delta.core.changes import plan_changes, split_batches
 from airflow_provider_delta.core.model import (
     DeletionVectorDescriptor, Plan, PlannedFile, TableMetadata,
@@ -15,6 +19,7 @@ from airflow_provider_delta.core.snapshot import plan_snapshot
 from airflow_provider_delta.core.versions import commit_timestamp, latest_version, version_at
 
 __all__ = [
-    "DeletionVectorDescriptor", "Plan", "PlannedFile", "TableMetadata", "commit_timestamp",
-    "latest_version", "plan_changes", "plan_snapshot", "split_batches", "version_at",
+    "ChangeFeedPlan", "ChangeFile", "CommitChanges", "DeletionVectorDescriptor", "Plan",
+    "PlannedFile", "TableMetadata", "commit_timestamp", "latest_version", "plan_change_feed",
+    "plan_changes", "plan_snapshot", "split_batches", "version_at",
 ]

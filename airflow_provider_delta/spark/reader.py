@@ -16,7 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
 import numpy as np
@@ -97,19 +97,27 @@ def read_snapshot(
 
 
 def read_plan(
-    spark: SparkSession, plan: Plan, *, storage_options: dict[str, str] | None = None
+    spark: SparkSession,
+    plan: Plan,
+    *,
+    storage_options: dict[str, str] | None = None,
+    only_rows: Mapping[int, np.ndarray] | None = None,
 ) -> DataFrame:
     """The rows of ``plan``'s files, deletion vectors applied, in the plan's logical schema.
 
     Checks every data file and deletion vector up front and raises MissingDataFileError
     before any row is produced. ``storage_options`` are needed to read deletion vectors
     and check files in object stores (Spark itself uses its own Hadoop configuration).
+    ``only_rows`` (plan position -> non-empty row indexes, for every file) reads just those
+    rows of each file instead of applying deletion vectors: the change feed's vector changes.
     """
     metadata = plan.metadata
     if not plan.files:
         return spark.createDataFrame([], logical_schema(metadata))
     _check_files_exist(plan, storage_options)
-    deletions = _load_deletions(plan, storage_options)
+    if only_rows is not None and not all(len(only_rows.get(i, ())) for i in range(len(plan))):
+        raise ValueError("only_rows must list some rows of every file of the plan")
+    deletions = _load_deletions(plan, storage_options) if only_rows is None else only_rows
     if metadata.column_mapping_mode == "id":
         # Per session and read at planning time; harmless for schemas without field ids.
         spark.conf.set(_FIELD_ID_CONF, "true")
@@ -119,7 +127,8 @@ def read_plan(
         plan.table_uri, len(plan.files), plan.total_bytes, plan.start_version,
         plan.end_version, len(rounds),
     )
-    frames = [_read_round(spark, metadata, files, deletions) for files in rounds]
+    row_join = "left_anti" if only_rows is None else "left_semi"
+    frames = [_read_round(spark, metadata, files, deletions, row_join) for files in rounds]
     result = frames[0]
     for frame in frames[1:]:
         result = result.union(frame)
@@ -170,7 +179,8 @@ def _read_round(
     spark: SparkSession,
     metadata: TableMetadata,
     files: list[tuple[int, PlannedFile]],
-    deletions: dict[int, np.ndarray],
+    deletions: Mapping[int, np.ndarray],
+    row_join: str,
 ) -> DataFrame:
     """One Parquet scan over files with distinct paths, joined to their partitions and DVs."""
     round_deletions = {index: deletions[index] for index, _ in files if index in deletions}
@@ -191,7 +201,7 @@ def _read_round(
     rows = rows.join(F.broadcast(_files_frame(spark, metadata, files)), _FILE, "left")
     if round_deletions:
         rows = rows.join(
-            F.broadcast(_deletions_frame(spark, round_deletions)), [_FILE_ID, _ROW], "left_anti"
+            F.broadcast(_deletions_frame(spark, round_deletions)), [_FILE_ID, _ROW], row_join
         )
     return rows.select(_unmatched_file_guard(columns[0], metadata), *columns[1:])
 

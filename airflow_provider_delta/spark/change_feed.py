@@ -1,0 +1,174 @@
+"""Change feeds as Spark DataFrames: the table's columns plus Delta's three CDF columns.
+
+The feed plan's files are read with the reader's machinery (one scan per group of files,
+partition values and deletion vectors from the log, column mapping). What a file's rows mean
+is attached the way partition values are: ``_commit_version``, ``_commit_timestamp`` and, for
+files that are not change data files, ``_change_type`` are per-file constants joined to the
+rows by file. Change data files carry ``_change_type`` as a column of their own.
+
+Commits without the Change Data Feed that rewrite files are netted: per commit, every distinct
+row is counted +1 per removed copy and -1 per added copy, and what remains is reported as that
+many ``delete`` (positive) or ``insert`` (negative) rows. An unchanged copied row nets to zero;
+an updated row is a ``delete`` of its old image and an ``insert`` of its new one (we do not
+pair them into update pre/post images: without keys the pairing is a guess).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable
+from dataclasses import replace
+from functools import reduce
+
+import numpy as np
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from airflow_provider_delta.core import plan_change_feed
+from airflow_provider_delta.core.change_feed import (
+    DELETE, INSERT, ChangeFeedPlan, ChangeFile, CommitChanges,
+)
+from airflow_provider_delta.core.model import Plan, PlannedFile, TableMetadata
+from airflow_provider_delta.core.storage import TableLocation
+from airflow_provider_delta.spark.deletion_vectors import deleted_rows
+from airflow_provider_delta.spark.reader import read_plan
+from airflow_provider_delta.spark.schema import logical_schema, quoted
+
+CHANGE_TYPE = "_change_type"
+COMMIT_VERSION = "_commit_version"
+COMMIT_TIMESTAMP = "_commit_timestamp"
+_CDF_FIELDS = (
+    {"name": CHANGE_TYPE, "type": "string", "nullable": True, "metadata": {}},
+    {"name": COMMIT_VERSION, "type": "long", "nullable": True, "metadata": {}},
+    {"name": COMMIT_TIMESTAMP, "type": "timestamp", "nullable": True, "metadata": {}},
+)
+_BALANCE = "__delta_provider_balance"
+
+
+def read_change_feed(
+    spark: SparkSession,
+    table_uri: str,
+    start_version: int,
+    end_version: int | None = None,
+    *,
+    storage_options: dict[str, str] | None = None,
+) -> DataFrame:
+    """The row changes of versions ``start_version..end_version`` (inclusive; latest if None).
+
+    Columns: the table's (see :func:`~airflow_provider_delta.core.plan_change_feed` for which
+    schema), then ``_change_type`` (``insert``, ``delete``, ``update_preimage``,
+    ``update_postimage``), ``_commit_version`` (long) and ``_commit_timestamp`` (timestamp),
+    as Delta's Change Data Feed has them.
+    """
+    feed = plan_change_feed(table_uri, start_version, end_version, storage_options=storage_options)
+    return read_feed(spark, feed, storage_options=storage_options)
+
+
+def read_feed(
+    spark: SparkSession, feed: ChangeFeedPlan, *, storage_options: dict[str, str] | None = None
+) -> DataFrame:
+    """The rows of a change feed plan (see :func:`read_change_feed`)."""
+    reader = _FeedReader(spark, feed, storage_options)
+    frames = reader.frames([c for c in feed.commits if not c.net])
+    netted = reader.frames([c for c in feed.commits if c.net])
+    if netted:
+        frames.append(_net_changes(_union(netted)))
+    schema = logical_schema(_with_cdf_columns(feed.metadata, tagged=()))
+    if not frames:
+        return spark.createDataFrame([], schema)
+    return _union(frames).select(*[F.col(quoted(name)) for name in schema.names])
+
+
+class _FeedReader:
+    """Reads groups of a feed's files, each row tagged with its commit and change type."""
+
+    def __init__(
+        self, spark: SparkSession, feed: ChangeFeedPlan, storage_options: dict[str, str] | None
+    ):
+        self.spark = spark
+        self.feed = feed
+        self.storage_options = storage_options
+        self.root = TableLocation(feed.table_uri, storage_options).root_uri
+
+    def frames(self, commits: Iterable[CommitChanges]) -> list[DataFrame]:
+        """One DataFrame per kind of file present: change data, whole files, vector changes."""
+        cdc, whole, vectors, vector_rows = [], [], [], {}
+        for commit in commits:
+            tags = {
+                COMMIT_VERSION: commit.version,
+                COMMIT_TIMESTAMP: _utc(commit.timestamp_ms),
+            }
+            for change in commit.files:
+                if change.kind == "cdc":
+                    cdc.append(_tagged(change.file, tags))
+                elif change.kind in (INSERT, DELETE):
+                    whole.append(_tagged(change.file, {**tags, CHANGE_TYPE: change.kind}))
+                else:
+                    for kind, rows in self._vector_changes(commit.version, change):
+                        vector_rows[len(vectors)] = rows
+                        untouched = replace(change.file, deletion_vector=None)
+                        vectors.append(_tagged(untouched, {**tags, CHANGE_TYPE: kind}))
+        frames = []
+        if cdc:
+            frames.append(self._read(cdc, tagged=(COMMIT_VERSION, COMMIT_TIMESTAMP)))
+        if whole:
+            frames.append(self._read(whole))
+        if vectors:
+            frames.append(self._read(vectors, only_rows=vector_rows))
+        return frames
+
+    def _read(self, files, *, tagged=(CHANGE_TYPE, COMMIT_VERSION, COMMIT_TIMESTAMP),
+              only_rows=None) -> DataFrame:
+        plan = Plan(
+            table_uri=self.feed.table_uri, start_version=self.feed.start_version,
+            end_version=self.feed.end_version, files=tuple(files),
+            metadata=_with_cdf_columns(self.feed.metadata, tagged),
+        )
+        return read_plan(self.spark, plan, storage_options=self.storage_options,
+                         only_rows=only_rows)
+
+    def _vector_changes(self, version: int, change: ChangeFile) -> list[tuple[str, np.ndarray]]:
+        """Rows the new vector masks and the old did not (deleted), and the reverse (restored)."""
+        new = self._masked(change.file.deletion_vector, version)
+        old = self._masked(change.previous_vector, version)
+        differences = ((DELETE, np.setdiff1d(new, old)), (INSERT, np.setdiff1d(old, new)))
+        return [(kind, rows) for kind, rows in differences if len(rows)]
+
+    def _masked(self, vector, version: int) -> np.ndarray:
+        if vector is None or vector.cardinality == 0:
+            return np.array([], dtype=np.uint64)
+        return deleted_rows(vector, table_root_uri=self.root, table_uri=self.feed.table_uri,
+                            version=version, storage_options=self.storage_options)
+
+
+def _utc(epoch_ms: int) -> dt.datetime:
+    return dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(milliseconds=epoch_ms)
+
+
+def _tagged(file: PlannedFile, tags: dict) -> PlannedFile:
+    return replace(file, partition_values={**file.partition_values, **tags})
+
+
+def _with_cdf_columns(metadata: TableMetadata, tagged: tuple[str, ...]) -> TableMetadata:
+    """The table's metadata with the CDF columns appended; ``tagged`` ones come per file."""
+    schema = {**metadata.schema, "fields": [*metadata.schema.get("fields", []), *_CDF_FIELDS]}
+    return replace(metadata, schema=schema,
+                   partition_columns=(*metadata.partition_columns, *tagged))
+
+
+def _net_changes(rows: DataFrame) -> DataFrame:
+    """Removed minus added rows, per commit, as multisets (see the module docstring)."""
+    values = [F.col(quoted(name)) for name in rows.columns if name != CHANGE_TYPE]
+    sign = F.when(F.col(CHANGE_TYPE) == DELETE, 1).otherwise(-1)
+    balances = rows.groupBy(*values).agg(F.sum(sign).alias(_BALANCE))
+    balance = F.col(_BALANCE)
+    return (
+        balances.where(balance != 0)
+        .select(*values, F.when(balance > 0, DELETE).otherwise(INSERT).alias(CHANGE_TYPE),
+                F.explode(F.sequence(F.lit(1).cast("long"), F.abs(balance))).alias(_BALANCE))
+        .drop(_BALANCE)
+    )
+
+
+def _union(frames: list[DataFrame]) -> DataFrame:
+    return reduce(DataFrame.unionByName, frames)

@@ -1,0 +1,196 @@
+"""read_change_feed against deltalake's load_cdf (CDF on) and against snapshots (CDF on or off).
+
+Where load_cdf departs from Delta's CDF reader, Delta's rule wins and the test says so.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+from airflow_provider_delta.errors import SchemaChangeError
+from airflow_provider_delta.spark import read_change_feed
+from tests.core.conftest import append_unchanged_merge
+from tests.spark.conftest import oracle_table, table_rows
+
+CDF_ON = {"delta.enableChangeDataFeed": "true"}
+COMPARED = ["_change_type", "_commit_version"]  # load_cdf's timestamps are commitInfo's
+PREIMAGE_AS = {"update_preimage": "delete", "update_postimage": "insert"}
+
+
+def _merge(table: DeltaTable, rows: pa.Table):
+    return table.merge(rows, "t.id = s.id", source_alias="s", target_alias="t")
+
+
+def _write_changes(path: str, configuration: dict | None = None) -> None:
+    """v0 create, v1 update, v2 delete, v3 merge (update, insert, delete), v4 append,
+    v5 an update that sets a value it already has."""
+    rows = pa.table({"id": pa.array(range(20), pa.int64()), "v": [f"v{i}" for i in range(20)]})
+    write_deltalake(path, rows, configuration=configuration)
+    table = DeltaTable(path)
+    table.update(updates={"v": "'updated'"}, predicate="id < 3")
+    table.delete("id = 9")
+    source = pa.table({"id": pa.array([1, 4, 30], pa.int64()), "v": ["m1", "m4", "m30"]})
+    (_merge(table, source).when_matched_delete("s.id = 4").when_matched_update_all()
+     .when_not_matched_insert_all().execute())
+    write_deltalake(path, pa.table({"id": pa.array([40, 41], pa.int64()), "v": ["a", "b"]}),
+                    mode="append")
+    table = DeltaTable(path)
+    table.update(updates={"v": "'v12'"}, predicate="id = 12")
+
+
+@pytest.fixture(scope="module")
+def cdf_on_table(tmp_path_factory) -> str:
+    path = str(tmp_path_factory.mktemp("cdf-on") / "t")
+    _write_changes(path, CDF_ON)
+    return path
+
+
+@pytest.fixture(scope="module")
+def cdf_off_table(tmp_path_factory) -> str:
+    path = str(tmp_path_factory.mktemp("cdf-off") / "t")
+    _write_changes(path)
+    return path
+
+
+def _feed_rows(df, columns: list[str]) -> Counter:
+    return table_rows(df.select(*columns).toArrow())
+
+
+def _load_cdf_rows(path: str, start: int, end: int | None, columns: list[str]) -> Counter:
+    cdf = pa.table(DeltaTable(path).load_cdf(starting_version=start, ending_version=end))
+    return table_rows(cdf.select(columns))
+
+
+def _data_columns(path: str) -> list[str]:
+    return [f.name for f in DeltaTable(path).schema().fields]
+
+
+@pytest.mark.parametrize("start, end", [(0, None), (1, 3), (3, 3), (4, 5)])
+def test_written_cdf_table_matches_load_cdf(spark, cdf_on_table, assert_same_rows, start, end):
+    columns = _data_columns(cdf_on_table) + COMPARED
+    got = _feed_rows(read_change_feed(spark, cdf_on_table, start, end), columns)
+    assert_same_rows(got, _load_cdf_rows(cdf_on_table, start, end, columns))
+
+
+@pytest.mark.parametrize("name", ["delta-rs/cdf-table", "delta-rs/simple_table_with_cdc",
+                                  "delta-golden/commit-info-containing-arbitrary-operationParams-types"])
+def test_shared_cdf_tables_match_load_cdf(spark, shared_table, assert_same_rows, name):
+    path = shared_table(name)
+    columns = _data_columns(path) + COMPARED
+    got = _feed_rows(read_change_feed(spark, path, 0), columns)
+    assert_same_rows(got, _load_cdf_rows(path, 0, None, columns))
+
+
+def test_feed_columns_and_types_are_deltas(spark, shared_table):
+    df = read_change_feed(spark, shared_table("delta-rs/cdf-table"), 1, 1)
+    assert [(f.name, f.dataType.simpleString()) for f in df.schema.fields] == [
+        ("id", "int"), ("name", "string"), ("birthday", "date"), ("_change_type", "string"),
+        ("_commit_version", "bigint"), ("_commit_timestamp", "timestamp")]
+
+
+def test_commit_timestamp_is_the_commit_file_time_not_commit_info(spark, shared_table):
+    """Delta: file modification time (or in-commit timestamp); load_cdf: commitInfo.timestamp."""
+    path = shared_table("delta-rs/cdf-table")
+    commit = os.path.join(path, "_delta_log", f"{3:020d}.json")
+    os.utime(commit, (1_800_000_000, 1_800_000_000))
+    row = read_change_feed(spark, path, 3).select("_commit_timestamp").toArrow().to_pylist()
+    assert [r["_commit_timestamp"].timestamp() for r in row] == [1_800_000_000.0]
+    theirs = pa.table(DeltaTable(path).load_cdf(starting_version=3))["_commit_timestamp"]
+    assert theirs.cast(pa.int64()).to_pylist() == [1704559499570]  # commitInfo.timestamp
+
+
+def test_partition_columns_keep_their_schema_position(spark, tmp_path):
+    """Delta keeps the table's column order; load_cdf moves partition columns last."""
+    path = str(tmp_path / "t")
+    rows = pa.table({"region": ["eu", "us"], "id": pa.array([1, 2], pa.int64())})
+    write_deltalake(path, rows, partition_by=["region"], configuration=CDF_ON)
+    DeltaTable(path).delete("id = 2")
+    df = read_change_feed(spark, path, 0)
+    assert df.columns[:2] == ["region", "id"]
+    assert pa.table(DeltaTable(path).load_cdf(starting_version=0)).column_names[:2] == [
+        "id", "region"]
+    assert table_rows(df.select("region", "id", *COMPARED).toArrow()) == Counter(
+        {("eu", 1, "insert", 0): 1, ("us", 2, "insert", 0): 1, ("us", 2, "delete", 1): 1})
+
+
+def test_unchanged_merge_is_skipped_as_delta_does(spark, tmp_path):
+    """A MERGE commit without cdc files whose metrics report no change gives nothing in
+    Delta; load_cdf reports every copied row as deleted and inserted."""
+    path = str(tmp_path / "t")
+    write_deltalake(path, pa.table({"id": pa.array([1, 2], pa.int64())}), configuration=CDF_ON)
+    version = append_unchanged_merge(path)
+    assert read_change_feed(spark, path, version).count() == 0
+    assert pa.table(DeltaTable(path).load_cdf(starting_version=version)).num_rows == 4
+
+
+def test_range_across_a_dropped_column_is_refused(spark, tmp_path):
+    """Delta checks the range's data against the read schema; load_cdf drops the column."""
+    path = str(tmp_path / "t")
+    write_deltalake(path, pa.table({"id": [1], "v": ["a"]}), configuration=CDF_ON)
+    write_deltalake(path, pa.table({"id": [2]}), mode="overwrite", schema_mode="overwrite")
+    with pytest.raises(SchemaChangeError, match="'v' was dropped"):
+        read_change_feed(spark, path, 0)
+    assert "v" not in pa.table(DeltaTable(path).load_cdf(starting_version=0)).column_names
+
+
+def _feed_by_version(spark, path: str) -> dict[int, tuple[Counter, Counter]]:
+    """(deleted rows, inserted rows) per version; pre/post images count as delete/insert."""
+    columns = _data_columns(path)
+    rows = read_change_feed(spark, path, 0).toArrow().to_pylist()
+    by_version: dict[int, tuple[Counter, Counter]] = {}
+    for row in rows:
+        deletes, inserts = by_version.setdefault(row["_commit_version"], (Counter(), Counter()))
+        kind = PREIMAGE_AS.get(row["_change_type"], row["_change_type"])
+        image = table_rows(pa.Table.from_pylist([{c: row[c] for c in columns}]))
+        (deletes if kind == "delete" else inserts).update(image)
+    return by_version
+
+
+SNAPSHOT_TABLES = [
+    "delta-golden/basic-with-inserts-merge", "delta-golden/basic-with-inserts-updates",
+    "delta-golden/basic-with-inserts-deletes-checkpoint", "delta-golden/only-checkpoint-files",
+    "delta-golden/snapshot-repartitioned", "delta-rs/simple_table",
+    "delta-golden/dv-partitioned-with-checkpoint", "delta-kernel/basic-dv-no-checkpoint",
+    "delta-rs/table-with-dv-small", "delta-rs/cdf-table",
+]
+
+
+def _check_versions(spark, path: str, *, cdf_off: bool) -> None:
+    by_version = _feed_by_version(spark, path)
+    columns = _data_columns(path)
+    previous = Counter()
+    for version in range(DeltaTable(path).version() + 1):
+        deletes, inserts = by_version.get(version, (Counter(), Counter()))
+        snapshot = table_rows(oracle_table(path, version).select(columns))
+        assert not deletes - previous, f"v{version} deletes rows that were not there"
+        assert previous - deletes + inserts == snapshot, f"v{version} does not add up"
+        if cdf_off:
+            assert not deletes & inserts, f"v{version} deletes and re-inserts unchanged rows"
+        previous = snapshot
+
+
+@pytest.mark.parametrize("name", SNAPSHOT_TABLES)
+def test_feed_turns_each_snapshot_into_the_next_shared(spark, shared_table, name):
+    path = shared_table(name)
+    _check_versions(spark, path, cdf_off=name != "delta-rs/cdf-table")
+
+
+@pytest.mark.parametrize("fixture", ["cdf_off_table", "cdf_on_table"])
+def test_feed_turns_each_snapshot_into_the_next_written(spark, request, fixture):
+    path = request.getfixturevalue(fixture)
+    _check_versions(spark, path, cdf_off=fixture == "cdf_off_table")
+
+
+def test_cdf_off_update_reports_only_changed_rows(spark, cdf_off_table):
+    """v1 updates 3 of 20 rows copy-on-write: 3 old images deleted, 3 new inserted, the 17
+    copied rows not reported; v5 sets a value a row already had: nothing."""
+    rows = read_change_feed(spark, cdf_off_table, 1, 1).select("id", "v", "_change_type")
+    assert table_rows(rows.toArrow()) == Counter(
+        {(i, f"v{i}", "delete"): 1 for i in range(3)}
+        | {(i, "updated", "insert"): 1 for i in range(3)})
+    assert read_change_feed(spark, cdf_off_table, 5, 5).count() == 0
