@@ -84,10 +84,12 @@ def split_batches(plan: Plan, *, max_files: int | None = None,
                   max_bytes: int | None = None) -> list[Plan]:
     """Consecutive sub-plans covering ``plan.start_version..plan.end_version`` with no holes.
 
-    A batch never splits a commit and holds at least one; a commit is added to a batch only
-    while the batch stays within both limits, so a commit over the limit is a batch of its
-    own (the limits are soft, as Delta's maxFilesPerTrigger / maxBytesPerTrigger). Versions
-    without files join the batch being built. Without limits the plan is one batch.
+    Delta's streaming source admits a file while the files taken before it are fewer than
+    ``max_files`` and smaller than ``max_bytes`` together, so the file that crosses
+    ``max_bytes`` is still taken (maxFilesPerTrigger / maxBytesPerTrigger). Here a batch never
+    splits a commit: a commit joins the batch when Delta would admit every one of its files,
+    and a batch holds at least one commit. Versions without files join the batch being
+    built. Without limits the plan is one batch.
     """
     for name, limit in (("max_files", max_files), ("max_bytes", max_bytes)):
         if limit is not None and limit < 1:
@@ -96,21 +98,38 @@ def split_batches(plan: Plan, *, max_files: int | None = None,
     for planned in plan.files:
         by_version.setdefault(planned.version, []).append(planned)
     batches: list[Plan] = []
-    batch_start, batch_files = plan.start_version, []
+    batch = _Batch(plan.start_version)
     for version in range(plan.start_version, plan.end_version + 1):
         commit = by_version.get(version, [])
-        if commit and batch_files and not _fits(batch_files + commit, max_files, max_bytes):
-            batches.append(_sub_plan(plan, batch_start, version - 1, batch_files))
-            batch_start, batch_files = version, []
-        batch_files = batch_files + commit
-    batches.append(_sub_plan(plan, batch_start, plan.end_version, batch_files))
+        if commit and batch.files and not batch.admits(commit, max_files, max_bytes):
+            batches.append(_sub_plan(plan, batch.start, version - 1, batch.files))
+            batch = _Batch(version)
+        batch.take(commit)
+    batches.append(_sub_plan(plan, batch.start, plan.end_version, batch.files))
     return batches
 
 
-def _fits(files: list[PlannedFile], max_files: int | None, max_bytes: int | None) -> bool:
-    if max_files is not None and len(files) > max_files:
-        return False
-    return max_bytes is None or sum(f.size for f in files) <= max_bytes
+class _Batch:
+    """The files of a batch being built, with their count and total size."""
+
+    def __init__(self, start: int):
+        self.start = start
+        self.files: list[PlannedFile] = []
+        self.size = 0
+
+    def admits(self, commit: list[PlannedFile], max_files: int | None,
+               max_bytes: int | None) -> bool:
+        """Whether Delta's admission would take every file of ``commit`` after this batch's
+        files: the limits are checked before each file, so only the last file may cross them."""
+        files_before_last = len(self.files) + len(commit) - 1
+        if max_files is not None and files_before_last >= max_files:
+            return False
+        bytes_before_last = self.size + sum(f.size for f in commit[:-1])
+        return max_bytes is None or bytes_before_last < max_bytes
+
+    def take(self, commit: list[PlannedFile]) -> None:
+        self.files.extend(commit)
+        self.size += sum(f.size for f in commit)
 
 
 def _sub_plan(plan: Plan, start: int, end: int, files: list[PlannedFile]) -> Plan:
