@@ -10,10 +10,12 @@ from typing import Any
 from airflow_provider_delta.core.actions import FileFactory, table_metadata
 from airflow_provider_delta.core.model import Plan, PlannedFile, TableMetadata
 from airflow_provider_delta.core.protocol import check_additive, check_protocol
-from airflow_provider_delta.core.replay import LogState, raise_unreadable, read_commits, replay
+from airflow_provider_delta.core.replay import (
+    LogState, earliest_recreatable, raise_unreadable, read_commits, replay,
+)
 from airflow_provider_delta.core.storage import TableLocation
 from airflow_provider_delta.core.versions import newest_version
-from airflow_provider_delta.errors import DataChangeError
+from airflow_provider_delta.errors import DataChangeError, LogGapError, VersionNotAvailableError
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +43,7 @@ def plan_changes(table_uri: str, start_version: int, end_version: int | None = N
     """
     _check_range(start_version, end_version)
     location = TableLocation(table_uri, storage_options)
-    state = replay(location, start_version)
+    state = _start_state(location, start_version)
     if end_version is None:
         end_version = newest_version(location, since=start_version)
     check_protocol(table_uri, state.protocol, start_version)
@@ -69,6 +71,57 @@ def plan_changes(table_uri: str, start_version: int, end_version: int | None = N
              len(files))
     return Plan(table_uri=table_uri, start_version=start_version, end_version=end_version,
                 files=tuple(files), metadata=metadata, metadata_changes=changes)
+
+
+def _start_state(location: TableLocation, start: int) -> LogState:
+    """Protocol and metadata in force at ``start``, with the actions of commit ``start``.
+
+    When the commits below ``start`` are gone (log cleanup) but commit ``start`` is there,
+    Delta still reads from it ("Can start from version 1 even if it's not recreatable",
+    DeltaSourceSuite) with the schema of a later snapshot. Here protocol and metadata then
+    come from commit ``start`` itself, else from the earliest later commit that holds them,
+    else from the first version the log can rebuild after ``start``.
+    """
+    try:
+        return replay(location, start)
+    except VersionNotAvailableError as refused:
+        if refused.latest is None or start > refused.latest:
+            raise
+        return _state_from_later_versions(location, start, refused)
+
+
+def _state_from_later_versions(location: TableLocation, start: int,
+                               refused: VersionNotAvailableError) -> LogState:
+    rebuilt_at = earliest_recreatable(location.list_log(start))
+    commits = dict(read_commits(location, range(start, (rebuilt_at or start) + 1)))
+    if commits[start] is None:
+        raise refused
+    missing = [v for v, actions in commits.items() if actions is None]
+    if missing:
+        raise LogGapError(location.table_uri, missing)
+    state = LogState(start, last_commit=commits[start])
+    state.apply(commits[start])
+    later_actions = [a for v in sorted(commits) if v > start for a in commits[v]]
+    state.protocol = state.protocol or _first(later_actions, "protocol")
+    state.metadata = state.metadata or _first(later_actions, "metaData")
+    if (state.protocol is None or state.metadata is None) and rebuilt_at is not None:
+        rebuilt = replay(location, rebuilt_at)
+        state.protocol = state.protocol or rebuilt.protocol
+        state.metadata = state.metadata or rebuilt.metadata
+    if state.protocol is None or state.metadata is None:
+        raise VersionNotAvailableError(
+            location.table_uri, start, refused.earliest, refused.latest,
+            hint=f"The commits below it are gone, and neither commit {start} nor a checkpoint "
+                 "after it tells its protocol and schema; read a version a checkpoint covers.",
+        )
+    log.info("%s: the commits below %d are gone; reading from commit %d with the protocol and "
+             "metadata of the earliest later version that has them", location.table_uri, start,
+             start)
+    return state
+
+
+def _first(actions: list[dict[str, Any]], name: str) -> dict[str, Any] | None:
+    return next((a[name] for a in actions if name in a), None)
 
 
 def _range_commits(location: TableLocation, state: LogState, start: int, end: int

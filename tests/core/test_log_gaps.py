@@ -11,7 +11,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from airflow_provider_delta.core import latest_version, plan_changes
-from airflow_provider_delta.errors import LogGapError
+from airflow_provider_delta.errors import LogGapError, VersionNotAvailableError
 from airflow_provider_delta.hooks.versions import VersionProbe
 
 
@@ -85,3 +85,53 @@ def test_shared_versions_not_contiguous_open_range(shared_table):
     with pytest.raises(LogGapError) as caught:
         plan_changes(path, 0)
     assert caught.value.missing == [1]
+
+
+def _table_with_cleaned_first_commit(folder: Path, last_commit: pa.Table | None) -> str:
+    """DeltaSourceSuite "startingVersion": ids 0..9 at version 0, 10..19 at version 1, then a
+    commit at 2 (the suite's disableLogCleanup property change, or ``last_commit`` appended
+    with its schema merged), a checkpoint at 2, and 0.json deleted."""
+    path = str(folder / "t")
+    write_deltalake(path, pa.table({"id": pa.array(range(10), pa.int64())}))
+    write_deltalake(path, pa.table({"id": pa.array(range(10, 20), pa.int64())}), mode="append")
+    if last_commit is None:
+        DeltaTable(path).alter.set_table_properties({"delta.enableExpiredLogCleanup": "false"})
+    else:
+        write_deltalake(path, last_commit, mode="append", schema_mode="merge")
+    DeltaTable(path).create_checkpoint()
+    remove_commit(path, 0)
+    return path
+
+
+def test_start_whose_earlier_commits_are_gone_is_read_from_its_commit(tmp_path):
+    """DeltaSourceSuite "startingVersion": "Can start from version 1 even if it's not
+    recreatable" -- the rows of version 1 (10..19) are read; version 0 cannot be."""
+    import pyarrow.parquet as pq
+
+    path = _table_with_cleaned_first_commit(tmp_path, None)
+    plan = plan_changes(path, 1)
+    assert (plan.start_version, plan.end_version) == (1, 2)
+    ids = [i for f in plan for i in pq.read_table(f.path[len("file://"):])["id"].to_pylist()]
+    assert sorted(ids) == list(range(10, 20))
+    assert [field["name"] for field in plan.metadata.schema["fields"]] == ["id"]
+    with pytest.raises(VersionNotAvailableError):
+        plan_changes(path, 0)
+
+
+def test_start_takes_the_schema_of_the_first_later_version_that_has_one(tmp_path):
+    """Version 2 adds a column: version 1 is read with it, its rows NULL there (as Delta
+    reads a range with the schema of a later snapshot)."""
+    extra = pa.table({"id": pa.array([20], pa.int64()), "name": pa.array(["x"])})
+    path = _table_with_cleaned_first_commit(tmp_path, extra)
+    plan = plan_changes(path, 1)
+    assert [f.version for f in plan] == [1, 2]
+    assert [field["name"] for field in plan.files[0].metadata.schema["fields"]] == ["id", "name"]
+
+
+def test_start_is_refused_when_nothing_left_tells_its_schema(tmp_path):
+    """No checkpoint after the start, and its commit only appends: nothing tells the schema."""
+    path = appended_table(tmp_path, 3)
+    remove_commit(path, 0)
+    with pytest.raises(VersionNotAvailableError, match="neither commit 1 nor a checkpoint") as caught:
+        plan_changes(path, 1)
+    assert caught.value.version == 1 and path in str(caught.value)
