@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -13,6 +14,7 @@ from deltalake import DeltaTable, write_deltalake
 from airflow_provider_delta.core import latest_version, plan_changes
 from airflow_provider_delta.errors import LogGapError, VersionNotAvailableError
 from airflow_provider_delta.hooks.versions import VersionProbe
+from airflow_provider_delta.sensors import DeltaVersionSensor
 
 
 def appended_table(folder: Path, versions: int) -> str:
@@ -28,7 +30,7 @@ def remove_commit(table: str, version: int) -> None:
     os.remove(Path(table) / "_delta_log" / f"{version:020d}.json")
 
 
-def test_hole_after_the_known_version_is_a_gap_not_the_head(tmp_path):
+def test_hole_after_the_known_version_is_a_gap_not_the_head(tmp_path, monkeypatch):
     """Commit 7 missing, 8..13 present: the probe from 6 used to answer 6 for ever."""
     path = appended_table(tmp_path, 14)
     remove_commit(path, 7)
@@ -37,6 +39,11 @@ def test_hole_after_the_known_version_is_a_gap_not_the_head(tmp_path):
     assert caught.value.missing == [7] and path in str(caught.value)
     with pytest.raises(LogGapError, match="commit\\(s\\) 7 are missing"):
         VersionProbe(path).latest(since=6)
+    monkeypatch.setenv("AIRFLOW_VAR_GAP_WM", json.dumps({path: 6}))  # a real Variable, no DB
+    sensor = DeltaVersionSensor(task_id="sense", table_uri=path, watermark_store="variable",
+                                watermark_key="gap_wm")
+    with pytest.raises(LogGapError):  # permanent: the poke fails instead of waiting
+        sensor.poke({})
 
 
 def test_hole_behind_a_checkpoint_is_still_a_gap_after_the_known_version(tmp_path):
