@@ -6,6 +6,10 @@ succeeds and reads the head commit's timestamp) on tables of 100 and 100,000 com
 tables. Goals: the 100k/100 ratio of the poke stays <= 1.5; the factor by which the poke
 beats deltalake is printed per size.
 
+It also times a poke that finds nothing new just after ``_delta_log`` changed: a local
+folder is then listed once (to tell a hole in the log from its head), later idle pokes are a
+``stat``.
+
 The watermark comes from a fixed in-memory store so that only the table-side cost is
 measured (reading an XCom or Variable costs the same whatever the table's size). The same
 poke is then measured on S3 copies of the logs (a local moto server; ``--s3-sizes``, default
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import tempfile
 import time
@@ -86,6 +91,24 @@ def bench_pokes(uris: dict[int, str], repeat: int,
     return {n: (ours[n], theirs[n]) for n in uris}
 
 
+def bench_idle_pokes_after_a_change(tables: dict[int, Path], repeat: int) -> dict[int, float]:
+    """A poke that finds nothing new just after ``_delta_log`` changed (e.g. a checkpoint was
+    written): a local folder is then listed once to tell a hole from the head."""
+    sensors = {}
+    for commits, path in tables.items():
+        sensor = DeltaVersionSensor(task_id=f"idle_{commits}", table_uri=str(path),
+                                    watermark_store="variable")
+        sensor.store = FixedWatermark(str(path), commits - 1)
+        sensors[commits] = sensor
+
+    def poke_after_change(commits: int) -> None:
+        os.utime(tables[commits] / "_delta_log")  # a new mtime, as any new entry gives
+        assert sensors[commits].poke({}) is False
+
+    return median_seconds({n: (lambda n=n: poke_after_change(n)) for n in tables},
+                          max(3, repeat // 5))
+
+
 def bench_s3_pokes(tables: dict[int, Path], repeat: int) -> dict[int, tuple[float, float]]:
     with moto_s3_logs(tables) as (options, uris):
         return bench_pokes(uris, repeat, options)
@@ -118,6 +141,10 @@ def main() -> None:
         "deltalake: DeltaTable().version()",
         bench_pokes({n: str(path) for n, path in tables.items()}, args.repeat),
     )
+    idle = bench_idle_pokes_after_a_change(tables, args.repeat)
+    print("\nthe same with nothing new, just after _delta_log changed (one listing of the folder)")
+    for commits, seconds in idle.items():
+        print(f"  {commits:>9} commits: {seconds * 1e3:.1f} ms")
     s3_sizes = sorted(int(s) for s in args.s3_sizes.split(",") if s)
     if s3_sizes:
         s3_tables = {n: build_table(Path(args.workdir) / f"commits-{n}", n) for n in s3_sizes}
