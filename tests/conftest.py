@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import os
 import shutil
@@ -38,6 +39,28 @@ def shared_manifest() -> dict[str, dict[str, str]]:
     return {
         row.split("\t")[0]: dict(zip(names, row.split("\t"))) for row in rows if row.strip()
     }
+
+
+def widened_schema(schema: dict, widenings: list[tuple[list[str], str]], table_version: int) -> dict:
+    """A copy of a Delta schema (parsed JSON) with each ``(field path, new type)`` applied and
+    recorded in ``delta.typeChanges`` of the top-level field, as Delta's type widening does.
+    A path is field names, then ``element``, ``key`` or ``value`` inside arrays and maps."""
+    schema = json.loads(json.dumps(schema))
+    for path, new_type in widenings:
+        top = next(f for f in schema["fields"] if f["name"] == path[0])
+        holder, key = top, "type"
+        for step in path[1:]:
+            node = holder[key]
+            if node["type"] == "struct":
+                holder = next(f for f in node["fields"] if f["name"] == step)
+            else:
+                holder, key = node, f"{step}Type"
+        change = {"toType": new_type, "fromType": holder[key], "tableVersion": table_version}
+        if len(path) > 1:
+            change["fieldPath"] = ".".join(path[1:])
+        top["metadata"].setdefault("delta.typeChanges", []).append(change)
+        holder[key] = new_type
+    return schema
 
 
 @pytest.fixture

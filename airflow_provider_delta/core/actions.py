@@ -76,6 +76,22 @@ def parse_partition_value(raw: str | None, type_name: str) -> Any:
     raise ValueError(f"partition column type {type_name!r} is not a primitive type")
 
 
+def widen_partition_value(value: Any, type_name: str) -> Any:
+    """A partition value parsed under a narrower type, as a value of the widened ``type_name``.
+
+    Files written before a type widening keep the value typed as it was then.
+    """
+    if value is None:
+        return None
+    if type_name == "double":
+        return float(value)
+    if type_name.startswith("decimal"):
+        return Decimal(value)
+    if type_name == "timestamp_ntz" and not isinstance(value, dt.datetime):
+        return dt.datetime.combine(value, dt.time())
+    return value
+
+
 def parse_datetime(raw: str) -> dt.datetime:
     """Both timestamp serialisations: ``2021-01-01 10:00:00[.ffffff]`` and ISO-8601 with ``Z``.
 

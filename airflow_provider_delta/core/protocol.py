@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -16,17 +17,19 @@ MAX_READER_VERSION = 3
 SUPPORTED_READER_FEATURES = frozenset({
     "columnMapping", "deletionVectors", "timestampNtz", "v2Checkpoint", "vacuumProtocolCheck",
     "domainMetadata", "rowTracking", "inCommitTimestamp", "variantType", "variantType-preview",
+    "typeWidening", "typeWidening-preview",
 })
 _CATALOG_FEATURES = {"catalogManaged", "catalogOwned-preview", "catalogOwned"}
 _CATALOG_HINT = (
     "The table is catalog-managed: its newest commits live in the catalog, not in _delta_log, "
     "so reading the log alone would miss data. Read it through its catalog with Delta Spark."
 )
-_TYPE_WIDENING_HINT = (
-    "Files written before a type widening keep the narrow type, which this provider does not "
-    "read yet. Read the table with Delta Spark, or remove the feature (ALTER TABLE ... DROP "
-    "FEATURE 'typeWidening' rewrites those files)."
-)
+# Type widening (Delta 4.0's list): integers to wider integers, double or a decimal with enough
+# integer digits; float to double; decimal(p, s) to decimal(p + k1, s + k2), k1 >= k2 >= 0;
+# date to timestamp_ntz.
+_INTEGER_WIDTHS = {"byte": 1, "short": 2, "integer": 4, "long": 8}
+_DECIMAL_INTEGER_DIGITS = {"byte": 10, "short": 10, "integer": 10, "long": 20}
+_DECIMAL = re.compile(r"decimal\((\d+),\s*(\d+)\)")
 
 
 def check_protocol(table_uri: str, protocol: Mapping[str, Any], version: int | None) -> None:
@@ -44,8 +47,6 @@ def check_protocol(table_uri: str, protocol: Mapping[str, Any], version: int | N
     for feature in features:
         if feature in _CATALOG_FEATURES:
             raise UnsupportedFeatureError(table_uri, feature, version, hint=_CATALOG_HINT)
-        if feature.startswith("typeWidening"):
-            raise UnsupportedFeatureError(table_uri, feature, version, hint=_TYPE_WIDENING_HINT)
         if feature not in SUPPORTED_READER_FEATURES:
             raise UnsupportedFeatureError(table_uri, feature, version)
 
@@ -54,7 +55,8 @@ def check_additive(table_uri: str, version: int, old: TableMetadata, new: TableM
     """Raise SchemaChangeError unless ``new`` only adds nullable columns to ``old``.
 
     Drops, renames (including column-mapping renames: the physical name changes meaning),
-    type changes, nullability tightening and partition-column changes are non-additive.
+    type changes other than Delta's type widenings, nullability tightening and
+    partition-column changes are non-additive.
     """
     if tuple(old.partition_columns) != tuple(new.partition_columns):
         raise SchemaChangeError(
@@ -94,7 +96,9 @@ def _struct_problem(old: Mapping[str, Any], new: Mapping[str, Any], prefix: str)
 
 def _type_problem(old: Any, new: Any, name: str) -> str | None:
     if isinstance(old, str) or isinstance(new, str):
-        return None if old == new else f"column {name!r} changed type {_show(old)} -> {_show(new)}"
+        if old == new or is_type_widening(old, new):
+            return None
+        return f"column {name!r} changed type {_show(old)} -> {_show(new)}"
     if old.get("type") != new.get("type"):
         return f"column {name!r} changed type {_show(old)} -> {_show(new)}"
     kind = old["type"]
@@ -106,6 +110,24 @@ def _type_problem(old: Any, new: Any, name: str) -> str | None:
         return (_type_problem(old["keyType"], new["keyType"], name + ".key")
                 or _type_problem(old["valueType"], new["valueType"], name + ".value"))
     return None
+
+
+def is_type_widening(old: Any, new: Any) -> bool:
+    """Whether Delta's type widening allows primitive type ``old`` to become ``new``."""
+    if not (isinstance(old, str) and isinstance(new, str)):
+        return False
+    if old in _INTEGER_WIDTHS:
+        if new in _INTEGER_WIDTHS:
+            return _INTEGER_WIDTHS[new] > _INTEGER_WIDTHS[old]
+        if new == "double":
+            return old != "long"
+        wide = _DECIMAL.fullmatch(new)
+        return bool(wide) and int(wide[1]) - int(wide[2]) >= _DECIMAL_INTEGER_DIGITS[old]
+    narrow, wide = _DECIMAL.fullmatch(old), _DECIMAL.fullmatch(new)
+    if narrow and wide:
+        extra_precision, extra_scale = int(wide[1]) - int(narrow[1]), int(wide[2]) - int(narrow[2])
+        return extra_precision >= extra_scale >= 0
+    return (old, new) in {("float", "double"), ("date", "timestamp_ntz")}
 
 
 def _physical(field: Mapping[str, Any]) -> tuple[Any, Any]:

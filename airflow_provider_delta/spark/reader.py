@@ -1,7 +1,9 @@
 """Plans to Spark DataFrames: Parquet read natively, everything Delta-specific from the plan.
 
 One ``spark.read.parquet`` scan reads all files of a plan with the physical schema in force at
-its end (schema changes inside a plan are additive, so older files read NULL for new columns).
+its end. Schema changes inside a plan are additive or type widenings: older files read NULL for
+new columns, and Spark 4's Parquet reader widens their narrow types (int to long, date to
+timestamp_ntz, decimal precision, ...), nested fields included.
 Partition values and deletion vectors are per file; they reach the rows through broadcast joins
 on Spark's ``_metadata.file_path`` (and ``_metadata.row_index`` for deleted rows), so no data row
 goes to the driver and no per-file DataFrames are unioned.
@@ -26,6 +28,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
 from airflow_provider_delta.core import plan_changes, plan_snapshot
+from airflow_provider_delta.core.actions import widen_partition_value
 from airflow_provider_delta.core.model import Plan, PlannedFile, TableMetadata
 from airflow_provider_delta.core.storage import TableLocation
 from airflow_provider_delta.errors import MissingDataFileError
@@ -254,8 +257,12 @@ def _files_frame(
         _FILE: [spark_file_path(file.path) for _, file in files],
         _FILE_ID: pa.array([index for index, _ in files], pa.int32()),
     }
+    type_names = {f["name"]: f["type"] for f in metadata.schema.get("fields", [])}
     for field in partition_fields:
-        columns[field.name] = pa.array([file.partition_values.get(field.name) for _, file in files])
+        columns[field.name] = pa.array([
+            widen_partition_value(file.partition_values.get(field.name), type_names[field.name])
+            for _, file in files
+        ])
     return spark.createDataFrame(pa.table(columns), schema)
 
 

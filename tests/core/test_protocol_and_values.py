@@ -13,7 +13,9 @@ from deltalake import write_deltalake
 
 from airflow_provider_delta.core import latest_version, plan_changes, plan_snapshot
 from airflow_provider_delta.core.actions import parse_partition_value
+from airflow_provider_delta.core.protocol import is_type_widening
 from airflow_provider_delta.errors import SchemaChangeError, UnsupportedFeatureError
+from tests.conftest import widened_schema
 from tests.core.conftest import commit_actions, data_change_adds
 
 
@@ -31,7 +33,7 @@ def _metadata(table: str, version: int = 0) -> dict:
     return next(a["metaData"] for a in commit_actions(table, version) if "metaData" in a)
 
 
-@pytest.mark.parametrize("feature", ["futureFeature", "catalogManaged", "typeWidening"])
+@pytest.mark.parametrize("feature", ["futureFeature", "catalogManaged", "catalogOwned-preview"])
 def test_protocol_upgrade_inside_the_range_is_refused_naming_version_and_feature(
         shared_table, feature):
     path = shared_table("delta-golden/snapshot-data1")
@@ -68,6 +70,51 @@ def test_variant_type_feature_of_deltalake_deletion_vector_tables_is_planned(tmp
     assert "variantType" in changes.metadata.reader_features
     assert [f.path for f in changes] == data_change_adds(path, 0) + data_change_adds(path, 1)
     assert sorted(f.path for f in plan_snapshot(path)) == sorted(f.path for f in changes)
+
+
+@pytest.mark.parametrize("old, new, allowed", [
+    ("byte", "short", True), ("short", "integer", True), ("integer", "long", True),
+    ("byte", "long", True), ("float", "double", True), ("integer", "double", True),
+    ("date", "timestamp_ntz", True), ("decimal(10,2)", "decimal(20,2)", True),
+    ("decimal(10,2)", "decimal(20,5)", True), ("decimal(10,2)", "decimal(12,4)", True),
+    ("integer", "decimal(10,0)", True), ("byte", "decimal(11,1)", True),
+    ("long", "decimal(21,1)", True),
+    ("long", "integer", False), ("long", "double", False), ("double", "float", False),
+    ("decimal(10,2)", "decimal(11,4)", False), ("decimal(10,2)", "decimal(12,1)", False),
+    ("integer", "decimal(10,1)", False), ("long", "decimal(19,0)", False),
+    ("integer", "string", False), ("timestamp_ntz", "date", False),
+    ("date", "timestamp", False), ("timestamp", "timestamp_ntz", False),
+])
+def test_type_widening_rules(old, new, allowed):
+    assert is_type_widening(old, new) is allowed
+
+
+_WIDENING_PROTOCOL = {"protocol": {"minReaderVersion": 3, "minWriterVersion": 7,
+                                   "readerFeatures": ["typeWidening"],
+                                   "writerFeatures": ["typeWidening"]}}
+
+
+def test_type_widening_inside_a_range_is_allowed_other_type_changes_are_not(tmp_path):
+    path = str(tmp_path / "t")
+    write_deltalake(path, pa.table({
+        "id": pa.array([1], pa.int32()),
+        "s": pa.array([{"a": 1}], pa.struct([("a", pa.int16())])),
+        "m": pa.array([[(1, 1.5)]], pa.map_(pa.int32(), pa.float32())),
+    }))
+    metadata = _metadata(path)
+    schema = json.loads(metadata["schemaString"])
+    schema = widened_schema(schema, [(["id"], "long"), (["s", "a"], "integer"),
+                                     (["m", "key"], "long"), (["m", "value"], "double")], 1)
+    widened = _commit(path, [_WIDENING_PROTOCOL,
+                             {"metaData": dict(metadata, schemaString=json.dumps(schema))}])
+    plan = plan_changes(path, 0)
+    assert plan.metadata.schema == schema and set(plan.metadata_changes) == {0, widened}
+    narrowed = _commit(path, [{"metaData": dict(metadata, schemaString=json.dumps(
+        widened_schema(schema, [(["s", "a"], "short")], 2)))}])
+    with pytest.raises(SchemaChangeError, match="'s.a' changed type integer -> short") as caught:
+        plan_changes(path, 0)
+    assert caught.value.version == narrowed
+    assert path in str(caught.value) and f"ends at version {narrowed - 1}" in str(caught.value)
 
 
 def test_reader_version_above_three_is_refused(shared_table):

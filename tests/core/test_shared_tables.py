@@ -26,7 +26,6 @@ ERROR_TABLES = {
     "delta-golden/deltalog-state-reconstruction-without-metadata": InvalidLogError,
     "delta-kernel/catalog-owned-preview": UnsupportedFeatureError,
     "delta-rs-errors/table_d": UnsupportedFeatureError,
-    "delta-golden/type-widening": UnsupportedFeatureError,
 }
 READABLE = sorted(name for name in MANIFEST if name not in ERROR_TABLES)
 

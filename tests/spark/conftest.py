@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import json
 import struct
 from collections import Counter
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -89,6 +91,13 @@ def _selection_vectors(plan: Plan, version: int) -> dict[str, list[bool]]:
             table["selection_vector"].to_pylist(),
         )
     }
+
+
+def write_commit(table: str | Path, version: int, actions: list[dict]) -> None:
+    """Write commit ``version`` of a table's log by hand: a commitInfo, then ``actions``."""
+    lines = [{"commitInfo": {"timestamp": 1_700_000_000_000 + version, "operation": "TEST"}}]
+    Path(table, "_delta_log", f"{version:020d}.json").write_text(
+        "".join(json.dumps(a) + "\n" for a in lines + actions))
 
 
 @pytest.fixture

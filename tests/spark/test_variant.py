@@ -21,7 +21,13 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import VariantType
 
 from airflow_provider_delta.spark import read_changes, read_snapshot
-from tests.spark.conftest import inline_deletion_vector, oracle_rows, spark_rows, table_rows
+from tests.spark.conftest import (
+    inline_deletion_vector,
+    oracle_rows,
+    spark_rows,
+    table_rows,
+    write_commit,
+)
 
 _VARIANT_PARQUET = pa.struct([pa.field("metadata", pa.binary(), False),
                               pa.field("value", pa.binary(), False)])
@@ -90,12 +96,6 @@ def _write_file(table: Path, name: str, rows: dict[int, Any]) -> dict:
             "stats": json.dumps({"numRecords": len(rows)})}
 
 
-def _commit(table: Path, version: int, actions: list[dict]) -> None:
-    lines = [{"commitInfo": {"timestamp": 1_700_000_000_000 + version, "operation": "TEST"}}]
-    (table / "_delta_log" / f"{version:020d}.json").write_text(
-        "".join(json.dumps(a) + "\n" for a in lines + actions))
-
-
 def variant_table(table: Path) -> str:
     """v0 adds FIRST, v1 adds SECOND, v2 deletes rows of the first file by an inline deletion
     vector; then deltalake's DELETE (a copy-on-write rewrite) removes id 10 at v3."""
@@ -105,7 +105,7 @@ def variant_table(table: Path) -> str:
         {"name": "v", "type": "variant", "nullable": True, "metadata": {}}]}
     features = ["variantType", "deletionVectors"]
     first = _write_file(table, "first.parquet", FIRST)
-    _commit(table, 0, [
+    write_commit(table, 0, [
         {"protocol": {"minReaderVersion": 3, "minWriterVersion": 7,
                       "readerFeatures": features, "writerFeatures": features}},
         {"metaData": {"id": str(uuid.uuid4()), "format": {"provider": "parquet", "options": {}},
@@ -113,11 +113,11 @@ def variant_table(table: Path) -> str:
                       "configuration": {"delta.enableDeletionVectors": "true"},
                       "createdTime": 0}},
         {"add": first}])
-    _commit(table, 1, [{"add": _write_file(table, "second.parquet", SECOND)}])
+    write_commit(table, 1, [{"add": _write_file(table, "second.parquet", SECOND)}])
     vector = inline_deletion_vector(DELETED_BY_VECTOR)
     descriptor = {"storageType": "i", "pathOrInlineDv": vector.path_or_inline_dv,
                   "sizeInBytes": vector.size_in_bytes, "cardinality": vector.cardinality}
-    _commit(table, 2, [
+    write_commit(table, 2, [
         {"remove": {"path": "first.parquet", "dataChange": True, "deletionTimestamp": 1}},
         {"add": dict(first, deletionVector=descriptor)}])
     DeltaTable(str(table)).delete("id = 10")
