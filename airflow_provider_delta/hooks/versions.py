@@ -28,8 +28,10 @@ class VersionRange(TypedDict):
 class VersionProbe:
     """Cheap questions about a table's head, on one open store (reused from poke to poke).
 
-    A poke costs one listing from the watermark on (``core.latest_version``'s rule) and one
-    read of the head commit: never a log replay, whatever the table's history. Only the
+    A poke costs one listing from the watermark on (``core.newest_version``'s rule: on a local
+    folder, a ``stat`` per new commit, and a listing of the folder only after it changed) and
+    one read of the head commit: never a log replay. A commit missing after the watermark
+    raises LogGapError rather than passing for the head. Only the
     first poke of a probe also replays the head's protocol and metadata (from the newest
     checkpoint), to refuse tables this provider cannot read -- above all catalog-managed ones,
     whose newest commits are not in ``_delta_log`` at all, so a sensor would wait for them
