@@ -207,3 +207,14 @@ class StorageLocationError(DeltaProviderError):
             "the storage options of the connection given as delta_conn_id (endpoint, region).",
             table_uri=table_uri,
         )
+
+
+class InvalidParameterError(DeltaProviderError, ValueError):
+    """An operator parameter that cannot work, refused before any Spark job is submitted."""
+
+    def __init__(self, task_id: str | None, parameter: str, value: object, problem: str,
+                 fix: str, table_uri: str | None = None):
+        table = f"{table_uri}: " if table_uri else ""
+        super().__init__(f"{task_id}: {table}{parameter}={value!r} {problem}; {fix}",
+                         table_uri=table_uri)
+        self.parameter = parameter

@@ -14,14 +14,16 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import sys
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_delta.core import plan_changes, plan_snapshot, split_batches
 from airflow_provider_delta.core.model import Plan
+from airflow_provider_delta.errors import InvalidParameterError
 from airflow_provider_delta.job.sinks import Sink, make_sink
 from airflow_provider_delta.job.spec import BatchResult, JobResult, JobSpec
-from airflow_provider_delta.job.storage import read_text, write_text
+from airflow_provider_delta.job.storage import read_text, with_storage_options_from, write_text
 from airflow_provider_delta.spark import read_plan
 
 if TYPE_CHECKING:
@@ -94,7 +96,14 @@ def transform(spark: SparkSession, df: DataFrame, spec: JobSpec,
         df.createOrReplaceTempView("changes")
         return spark.sql(spec.sql)
     if spec.transform:
-        return load_callable(spec.transform)(spark, df, context)
+        out = load_callable(spec.transform)(spark, df, context)
+        if out is None and spec.sink.kind != "none":
+            raise InvalidParameterError(
+                spec.context.get("task_id"), "transform", spec.transform,
+                f"returned None for versions {context['start_version']}..{context['end_version']}",
+                "return the DataFrame to write, or set sink=None if it writes by itself",
+                spec.table_uri)
+        return out
     return df
 
 
@@ -113,7 +122,7 @@ def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     spec_uri, result_uri = argv
-    spec = JobSpec.from_json(read_text(spec_uri))
+    spec = with_storage_options_from(os.environ, JobSpec.from_json(read_text(spec_uri)))
     spark = SparkSession.builder.appName(f"delta-load {spec.table_uri}").getOrCreate()
     # Delta partition values and the oracle are in UTC; a local default would shift timestamps.
     spark.conf.set("spark.sql.session.timeZone", "UTC")

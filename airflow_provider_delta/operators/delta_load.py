@@ -37,12 +37,22 @@ from airflow.sdk import Asset
 
 import airflow_provider_delta
 from airflow_provider_delta import core
+from airflow_provider_delta.errors import InvalidParameterError
 from airflow_provider_delta.hooks.delta import DeltaHook
 from airflow_provider_delta.hooks.versions import VersionProbe
 from airflow_provider_delta.job import driver
 from airflow_provider_delta.job.sinks import make_sink
 from airflow_provider_delta.job.spec import JobResult, JobSpec, SinkSpec, stable_app_id
-from airflow_provider_delta.job.storage import read_text, to_uri, write_text
+from airflow_provider_delta.job.storage import (
+    read_text,
+    remove_tree,
+    storage_options_env,
+    to_uri,
+    without_storage_options,
+    write_text,
+)
+from airflow_provider_delta.operators import parameters
+from airflow_provider_delta.spark.reader import check_files_exist
 from airflow_provider_delta.watermarks import (
     Initial,
     WatermarkStore,
@@ -55,6 +65,9 @@ from airflow_provider_delta.watermarks import (
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+
+# task_state_store key: the job folder of the last job submitted in a resumable mode.
+_JOB_DIR_KEY = "delta_job_dir"
 
 
 @dataclass(frozen=True)
@@ -88,10 +101,13 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
         work_dir: str | None = None,
         **kwargs: Any,
     ):
+        where = {"task_id": kwargs.get("task_id"), "table_uri": table_uri}
         if transform and sql:
-            raise ValueError(f"{kwargs.get('task_id')}: give either transform or sql, not both")
-        if sink is not None and not target:
-            raise ValueError(f"{kwargs.get('task_id')}: sink={sink!r} needs a target path")
+            raise InvalidParameterError(where["task_id"], "transform", transform,
+                                        "is given with sql", "give either transform or sql",
+                                        table_uri)
+        parameters.transform_reference(transform, **where)
+        parameters.sink_kind(sink, target, **where)
         if target and "outlets" not in kwargs:
             kwargs["outlets"] = [Asset(uri=to_uri(target), name=to_uri(target))]
         kwargs.setdefault("name", f"delta-load-{kwargs.get('task_id', 'job')}")
@@ -170,40 +186,112 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
         """Plan on the Airflow side: the core's errors surface here, before any JVM starts."""
         options = {"storage_options": spec.storage_options}
         if spec.mode == "snapshot":
-            return core.plan_snapshot(spec.table_uri, version=spec.snapshot_version, **options)
-        start = spec.start_version if committed is None else max(spec.start_version, committed + 1)
-        return core.plan_changes(
-            spec.table_uri, start, spec.end_version, ignore_deletes=spec.ignore_deletes,
-            ignore_changes=spec.ignore_changes, skip_change_commits=spec.skip_change_commits,
-            **options,
-        )
+            plan = core.plan_snapshot(spec.table_uri, version=spec.snapshot_version, **options)
+        else:
+            start = spec.start_version if committed is None else max(spec.start_version,
+                                                                      committed + 1)
+            plan = core.plan_changes(
+                spec.table_uri, start, spec.end_version, ignore_deletes=spec.ignore_deletes,
+                ignore_changes=spec.ignore_changes, skip_change_commits=spec.skip_change_commits,
+                **options,
+            )
+        check_files_exist(plan, spec.storage_options)  # vacuumed files: fail here, not in Spark
+        return plan
 
     def submit(self, context: Context, spec: JobSpec) -> JobResult:
-        """Write the spec, run the driver through spark-submit, read its result."""
-        work_dir = self.work_dir or tempfile.mkdtemp(prefix="delta-job-")
-        # Stable per task run: a durable retry that reconnects to a running job finds its result.
-        run_name = f"{self.dag_id}.{self.task_id}.{context['run_id']}"
-        run_name = re.sub(r"[^A-Za-z0-9_.-]", "_", run_name)
-        run_dir = f"{to_uri(work_dir)}/{run_name}"
-        spec_uri, result_uri = f"{run_dir}/spec.json", f"{run_dir}/result.json"
-        write_text(spec_uri, spec.to_json())
-        self.application_args = [spec_uri, result_uri]
+        """Write the spec, run the driver through spark-submit, read its result; the job's
+        files are deleted however the task ends."""
+        self.check_submittable()
+        # Private (0700); holds the spec and result unless work_dir is given, and the zip.
+        self._scratch_dir = tempfile.mkdtemp(prefix="delta-job-")
+        self._job_dir = self._job_dir_of(context)
+        try:
+            return self._run_driver(context, spec)
+        finally:
+            self._remove_job_files(context)
+
+    def check_submittable(self) -> None:
+        """What would fail only once spark-submit runs: a missing Spark connection, a
+        transform the driver cannot import (checked where the driver runs like this task)."""
+        where = {"task_id": self.task_id, "table_uri": self.table_uri}
+        parameters.check_spark_connection(self._conn_id, **where)
+        driver_runs_here = self._get_hook()._connection["deploy_mode"] != "cluster"
+        if self.transform and not self.py_files and driver_runs_here:
+            parameters.check_importable(self.transform, **where)
+
+    def _job_dir_of(self, context: Context) -> str:
+        """This try's job folder: keyed by map index and try number, so mapped tasks and
+        retries never share a spec or read another job's result."""
+        if not self.work_dir:
+            return to_uri(self._scratch_dir)
+        ti = context["ti"]
+        name = f"{self.dag_id}.{self.task_id}.{context['run_id']}.{ti.map_index}.{ti.try_number}"
+        return f"{to_uri(self.work_dir)}/{re.sub(r'[^A-Za-z0-9_.-]', '_', name)}"
+
+    def _run_driver(self, context: Context, spec: JobSpec) -> JobResult:
+        write_text(f"{self._job_dir}/spec.json", without_storage_options(spec).to_json())
+        self.application_args = [f"{self._job_dir}/spec.json", f"{self._job_dir}/result.json"]
         if self.ship_package:
-            self.py_files = ",".join(filter(None, [self.py_files, _package_zip(work_dir)]))
-        self.env_vars = self._driver_env()
-        super().execute(context)
-        result = JobResult.from_json(read_text(result_uri))
+            self.py_files = ",".join(filter(None, [self.py_files,
+                                                   _package_zip(self._scratch_dir)]))
+        submitted_env = self.env_vars
+        # Set for this submission only: the credentials never reach a rendered field.
+        self.env_vars = self._driver_env(spec)
+        try:
+            super().execute(context)
+        finally:
+            self.env_vars = submitted_env
+        result = JobResult.from_json(read_text(f"{self._result_dir(context)}/result.json"))
         self.log.info("job done: %d batch(es), %s row(s) written, sink version %s",
                       len(result.batches), result.rows, result.sink_version)
         return result
 
-    def _driver_env(self) -> dict[str, Any] | None:
-        """For local masters, run the driver on this Python (which has the package)."""
-        master = self._get_hook()._connection["master"]
-        if not master.startswith("local"):
-            return self.env_vars
-        defaults = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-        return {**defaults, **(self.env_vars or {})}
+    def submit_job(self, context: Context) -> str | None:
+        """A fresh submission in a resumable (cluster) mode: record its folder, where a durable
+        retry that reconnects to this job finds the result."""
+        external_id = super().submit_job(context)
+        store = context.get("task_state_store")
+        if store is not None:
+            store.set(_JOB_DIR_KEY, self._job_dir)
+        return external_id
+
+    def _result_dir(self, context: Context) -> str:
+        store = context.get("task_state_store")
+        submitted = store.get(_JOB_DIR_KEY) if store is not None else None
+        return submitted or self._job_dir
+
+    def _remove_job_files(self, context: Context | None = None) -> None:
+        """Delete this try's job folder (and the reconnected job's), and the scratch folder."""
+        if getattr(self, "_job_dir", None) is None:
+            return
+        folders = {self._job_dir, self._result_dir(context) if context else self._job_dir}
+        for folder in folders:
+            remove_tree(folder)
+        remove_tree(self._scratch_dir)
+        self._job_dir = None
+
+    def on_kill(self) -> None:
+        try:
+            super().on_kill()
+        finally:
+            self._remove_job_files()
+
+    def _driver_env(self, spec: JobSpec) -> dict[str, Any] | None:
+        """The spark-submit process's environment: on local masters the driver runs on this
+        Python (which has the package); where the driver is a child of spark-submit it gets
+        the storage options, which never go into a file or onto the command line."""
+        connection = self._get_hook()._connection
+        env = dict(self.env_vars or {})
+        if connection["master"].startswith("local"):
+            env = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
+                   **env}
+        if connection["deploy_mode"] != "cluster":
+            env.update(storage_options_env(spec))
+        elif spec.storage_options or spec.sink.storage_options:
+            self.log.warning("%s: deploy mode cluster: the storage options are not sent to the "
+                             "driver (only a command line could carry them); give the cluster "
+                             "its own credentials for the table and the target", self.table_uri)
+        return env or None
 
     def finish(self, context: Context, result: JobResult) -> dict[str, Any]:
         """Emit the asset event and return what goes to XCom."""
@@ -255,7 +343,11 @@ class DeltaIncrementalOperator(_DeltaSparkJobOperator):
     :param max_files: at most this many files per batch (at least one commit each).
     :param max_bytes: at most this many bytes per batch (at least one commit each).
     :param ship_package: send a zip of this package with ``py_files`` (cluster mode).
-    :param work_dir: where the job spec and result live; shared storage in cluster mode.
+    :param work_dir: where the job spec and result live; shared storage in cluster mode. Each
+        try writes ``<work_dir>/<dag>.<task>.<run id>.<map index>.<try>/{spec,result}.json`` (no
+        credentials: they reach a driver started by spark-submit through its environment;
+        in cluster deploy mode the cluster needs its own) and deletes it when the task ends;
+        without ``work_dir`` they live in a private temp folder, deleted alike.
     Every other keyword goes to :class:`SparkSubmitOperator` (``conn_id``, ``conf``, ...).
     """
 
@@ -298,8 +390,12 @@ class DeltaIncrementalOperator(_DeltaSparkJobOperator):
         self.ignore_deletes = ignore_deletes
         self.ignore_changes = ignore_changes
         self.skip_change_commits = skip_change_commits
-        self.max_files = max_files
-        self.max_bytes = max_bytes
+        self.max_files = parameters.batch_limit(max_files, "max_files", task_id=self.task_id,
+                                                table_uri=table_uri)
+        self.max_bytes = parameters.batch_limit(max_bytes, "max_bytes", task_id=self.task_id,
+                                                table_uri=table_uri)
+        if not (parameters.is_templated(start_version) or parameters.is_templated(end_version)):
+            self.explicit_range()
 
     @cached_property
     def store(self) -> WatermarkStore:
@@ -338,7 +434,7 @@ class DeltaIncrementalOperator(_DeltaSparkJobOperator):
 
     def resolve_request(self, context: Context) -> LoadRequest | None:
         """The range to load (None: nothing new), from explicit versions, sensor or watermark."""
-        start, end = _optional_int(self.start_version), _optional_int(self.end_version)
+        start, end = self.explicit_range()
         if start is not None:
             end_given = end is not None
             if not end_given:
@@ -351,8 +447,6 @@ class DeltaIncrementalOperator(_DeltaSparkJobOperator):
                 )
             moves = bool(self.move_watermark)
             return LoadRequest("changes", start, end, moves)
-        if end is not None:
-            raise ValueError(f"{self.task_id}: end_version={end} needs a start_version too")
         moves = self.move_watermark is not False
         if self.sensor_task_id:
             found = context["ti"].xcom_pull(task_ids=self.sensor_task_id)
@@ -360,6 +454,14 @@ class DeltaIncrementalOperator(_DeltaSparkJobOperator):
                 return LoadRequest("changes", int(found["start_version"]),
                                    int(found["end_version"]), moves)
         return self._from_watermark(context, moves)
+
+    def explicit_range(self) -> tuple[int | None, int | None]:
+        """``start_version``/``end_version`` as numbers, checked (None: not given)."""
+        where = {"task_id": self.task_id, "table_uri": self.table_uri}
+        start = parameters.version_number(self.start_version, "start_version", **where)
+        end = parameters.version_number(self.end_version, "end_version", **where)
+        parameters.ordered_range(start, end, **where)
+        return start, end
 
     def _from_watermark(self, context: Context, moves: bool) -> LoadRequest | None:
         stored = self.store.read_watermark(context)
@@ -408,6 +510,8 @@ class DeltaTimeTravelOperator(_DeltaSparkJobOperator):
         super().__init__(table_uri=table_uri, **kwargs)
         self.version = version
         self.timestamp = timestamp
+        if not (parameters.is_templated(version) or parameters.is_templated(timestamp)):
+            self.requested_point()
 
     def execute(self, context: Context) -> dict[str, Any]:
         version = self.resolve_version()
@@ -416,29 +520,28 @@ class DeltaTimeTravelOperator(_DeltaSparkJobOperator):
 
     def resolve_version(self) -> int:
         """``version`` as an int, or the version in force at ``timestamp``."""
-        version, timestamp = _optional_int(self.version), self.timestamp or None
-        if (version is None) == (timestamp is None):
-            raise ValueError(
-                f"{self.task_id}: give exactly one of version and timestamp for {self.table_uri} "
-                f"(got version={self.version!r}, timestamp={self.timestamp!r})"
-            )
+        version, timestamp = self.requested_point()
         if version is not None:
             return version
         return core.version_at(self.table_uri, timestamp,
                                storage_options=self.source_storage_options)
 
+    def requested_point(self) -> tuple[int | None, datetime | None]:
+        """``version`` or ``timestamp`` (exactly one), checked; a timestamp may not be future."""
+        where = {"task_id": self.task_id, "table_uri": self.table_uri}
+        version = parameters.version_number(self.version, "version", **where)
+        given = self.timestamp not in (None, "", "None")
+        if (version is None) == (not given):
+            raise InvalidParameterError(
+                self.task_id, "version", self.version,
+                f"and timestamp={self.timestamp!r} are both given or both unset",
+                f"give exactly one of version and timestamp for {self.table_uri}")
+        return version, parameters.past_timestamp(self.timestamp, **where) if given else None
 
-def _optional_int(value: int | str | None) -> int | None:
-    """Templated versions arrive as strings; ``""`` and ``"None"`` mean not given."""
-    if value is None or (isinstance(value, str) and value.strip() in ("", "None")):
-        return None
-    return int(value)
 
-
-def _package_zip(work_dir: str) -> str:
-    """A zip of this package for ``py_files``, built next to the job files (local work_dir)."""
+def _package_zip(folder: str) -> str:
+    """A zip of this package for ``py_files``, built in the task's scratch folder."""
     package_dir = Path(airflow_provider_delta.__file__).parent
-    target = Path(tempfile.mkdtemp(dir=work_dir if "://" not in work_dir else None))
-    archive = shutil.make_archive(str(target / "airflow_provider_delta"), "zip",
+    archive = shutil.make_archive(str(Path(folder) / "airflow_provider_delta"), "zip",
                                   root_dir=package_dir.parent, base_dir=package_dir.name)
     return os.fspath(archive)

@@ -117,7 +117,7 @@ def read_plan(
     metadata = plan.metadata
     if not plan.files:
         return spark.createDataFrame([], logical_schema(metadata))
-    _check_files_exist(plan, storage_options)
+    check_files_exist(plan, storage_options)
     if only_rows is not None and not all(len(only_rows.get(i, ())) for i in range(len(plan))):
         raise ValueError("only_rows must list some rows of every file of the plan")
     deletions = _load_deletions(plan, storage_options) if only_rows is None else only_rows
@@ -138,7 +138,7 @@ def read_plan(
     return result
 
 
-def _check_files_exist(plan: Plan, storage_options: dict[str, str] | None) -> None:
+def check_files_exist(plan: Plan, storage_options: dict[str, str] | None) -> None:
     gone = missing_files(
         dict.fromkeys(f.path for f in plan.files), plan.table_uri, storage_options
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 from collections import Counter
 from pathlib import Path
 
@@ -39,6 +40,16 @@ def spark_local_conn(monkeypatch):
     bin_dir = os.path.dirname(sys.executable)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     return "spark_local"
+
+
+@pytest.fixture
+def private_tmp(tmp_path, monkeypatch):
+    """A temp dir of its own, so a test sees every job folder a task leaves in it."""
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    monkeypatch.setenv("TMPDIR", str(folder))
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    return folder
 
 
 def driver_env() -> dict[str, str]:

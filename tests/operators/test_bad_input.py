@@ -43,12 +43,9 @@ def _run(operator):
 
 def test_time_travel_needs_exactly_one_of_version_and_timestamp(source, tmp_path):
     target = str(tmp_path / "target")
-    both = DeltaTimeTravelOperator(task_id="both", table_uri=source, target=target, version=1,
-                                   timestamp="2024-01-01T00:00:00")
-    neither = DeltaTimeTravelOperator(task_id="neither", table_uri=source, target=target)
-    for operator in (both, neither):
+    for request in ({"version": 1, "timestamp": "2024-01-01T00:00:00"}, {}):
         with pytest.raises(ValueError, match=f"exactly one of version and timestamp for {source}"):
-            _run(operator)
+            DeltaTimeTravelOperator(task_id="tt", table_uri=source, target=target, **request)
     assert not os.path.exists(target)
 
 
@@ -62,10 +59,9 @@ def test_time_travel_needs_exactly_one_of_version_and_timestamp(source, tmp_path
 )
 def test_explicit_range_is_checked_before_submitting(source, tmp_path, kwargs, error, message):
     target = str(tmp_path / "target")
-    operator = DeltaIncrementalOperator(task_id="load", table_uri=source, target=target,
-                                        conn_id="no_such_spark", **kwargs)
     with pytest.raises(error, match=message):
-        _run(operator)
+        _run(DeltaIncrementalOperator(task_id="load", table_uri=source, target=target,
+                                      conn_id="no_such_spark", **kwargs))
     assert not os.path.exists(target)
 
 

@@ -92,3 +92,26 @@ def _state(pid):
         return _stat(pid)[0]
     except FileNotFoundError:
         return "X"
+
+
+JOB_FILES_LOG_ENV = "DELTA_TEST_JOB_FILES_LOG"
+
+
+def record_job_files(spark, df, context):
+    """Record, while the job runs, its spec path (the driver's first argument) and the
+    permission bits of the spec and its folder, one JSON line in ``$DELTA_TEST_JOB_FILES_LOG``."""
+    import json
+    import os
+    import sys
+
+    spec = sys.argv[1].removeprefix("file://")
+    seen = {"spec": spec, "spec_mode": os.stat(spec).st_mode & 0o777,
+            "folder_mode": os.stat(os.path.dirname(spec)).st_mode & 0o777}
+    with open(os.environ[JOB_FILES_LOG_ENV], "a") as out:
+        out.write(json.dumps(seen) + "\n")
+    return df
+
+
+def return_none(spark, df, context):
+    """Forgets to return the rows."""
+    return None

@@ -1,0 +1,140 @@
+"""Checks of the operators' parameters. What cannot work is refused with an
+:class:`~airflow_provider_delta.errors.InvalidParameterError` naming the parameter: at
+``__init__`` for values that are not templated, else when the task starts, and always before a
+Spark job is submitted.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib
+import re
+
+from airflow_provider_delta.errors import InvalidParameterError
+
+DELTA_SINKS = ("delta", "delta-spark")
+# The data sources Spark knows by short name without a package of the user's choosing.
+SPARK_FORMATS = ("parquet", "orc", "json", "csv", "text", "avro", "xml")
+_VERSION = re.compile(r"\s*-?\d+\s*")
+_REFERENCE = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
+
+
+def is_templated(value: object) -> bool:
+    """A value Jinja renders later (so it can only be checked when the task starts)."""
+    return isinstance(value, str) and ("{{" in value or "{%" in value)
+
+
+def version_number(value: int | str | None, parameter: str, *, task_id: str,
+                   table_uri: str) -> int | None:
+    """A version parameter; templated ones arrive as strings, ``""`` and ``"None"`` mean unset."""
+    if value is None or (isinstance(value, str) and value.strip() in ("", "None")):
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, str)) or (
+            isinstance(value, str) and not _VERSION.fullmatch(value)):
+        raise InvalidParameterError(
+            task_id, parameter, value, "is not a table version",
+            "give a whole number >= 0 (a template must render to one)", table_uri)
+    if int(value) < 0:
+        raise InvalidParameterError(task_id, parameter, value, "is negative",
+                                    "table versions start at 0", table_uri)
+    return int(value)
+
+
+def batch_limit(value: object, parameter: str, *, task_id: str, table_uri: str) -> int | None:
+    """``max_files``/``max_bytes``: unset, or a whole number >= 1."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidParameterError(
+            task_id, parameter, value, "is not a whole number >= 1",
+            f"give {parameter} >= 1, or leave it unset to load the range in one batch", table_uri)
+    return value
+
+
+def ordered_range(start: int | None, end: int | None, *, task_id: str, table_uri: str) -> None:
+    """An explicit range needs its start, and a start not after its end."""
+    if start is None and end is not None:
+        raise InvalidParameterError(task_id, "end_version", end, "needs a start_version too",
+                                    "give start_version, or neither", table_uri)
+    if start is not None and end is not None and start > end:
+        raise InvalidParameterError(
+            task_id, "start_version", start, f"is after end_version ({end})",
+            "give a range with start_version <= end_version", table_uri)
+
+
+def past_timestamp(value: dt.datetime | str, *, task_id: str, table_uri: str) -> dt.datetime:
+    """A time-travel ``timestamp``: a datetime or ISO-8601 string (naive means UTC), not later
+    than now."""
+    moment = value
+    if isinstance(value, str):
+        try:
+            moment = dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        except ValueError:
+            moment = None
+    if not isinstance(moment, dt.datetime):
+        raise InvalidParameterError(
+            task_id, "timestamp", value, "is not a date and time",
+            "give a datetime or an ISO-8601 string such as '2025-01-31T12:00:00Z'", table_uri)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=dt.timezone.utc)
+    now = dt.datetime.now(dt.timezone.utc)
+    if moment > now:
+        raise InvalidParameterError(
+            task_id, "timestamp", value, f"is in the future (now is {now:%Y-%m-%dT%H:%M:%SZ})",
+            "give a past time, or version= for a version number", table_uri)
+    return moment
+
+
+def transform_reference(value: str | None, *, task_id: str, table_uri: str) -> None:
+    """``transform`` has the form ``"package.module:function"``."""
+    if value is not None and not (isinstance(value, str) and _REFERENCE.fullmatch(value)):
+        raise InvalidParameterError(
+            task_id, "transform", value, "is not of the form 'module:function'",
+            "name the function as 'package.module:function' (called as f(spark, df, context)), "
+            "or use sql=", table_uri)
+
+
+def check_importable(reference: str, *, task_id: str, table_uri: str) -> None:
+    """The transform's module imports here, and has the function (the driver imports it the
+    same way when it runs where the task runs)."""
+    module_name, _, function = reference.partition(":")
+    fix = ("install its module where the task and the Spark driver run, or ship it with "
+           "py_files")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise InvalidParameterError(task_id, "transform", reference,
+                                    f"cannot be imported ({error})", fix, table_uri) from error
+    if not callable(getattr(module, function, None)):
+        raise InvalidParameterError(task_id, "transform", reference,
+                                    f"names no function {function!r} in {module_name}", fix,
+                                    table_uri)
+
+
+def sink_kind(sink: str | None, target: str | None, *, task_id: str, table_uri: str) -> None:
+    """``sink`` is a Delta sink, a Spark format (short name or class name) or None; a sink
+    needs a ``target``."""
+    if sink is not None and not (isinstance(sink, str) and (
+            sink in DELTA_SINKS or sink in SPARK_FORMATS or "." in sink)):
+        raise InvalidParameterError(
+            task_id, "sink", sink, "is not a sink this provider knows",
+            f"use one of {', '.join(DELTA_SINKS + SPARK_FORMATS)}, a data source's fully "
+            "qualified class name, or None (the transform writes)", table_uri)
+    if sink is not None and not target:
+        raise InvalidParameterError(task_id, "target", target, f"is needed by sink={sink!r}",
+                                    "give the path or URI to write to, or sink=None", table_uri)
+
+
+def check_spark_connection(conn_id: str, *, task_id: str, table_uri: str) -> None:
+    """The Spark connection exists (without it the Spark provider falls back to YARN)."""
+    from airflow.sdk import BaseHook
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    try:
+        BaseHook.get_connection(conn_id)
+    except AirflowNotFoundException as error:
+        raise InvalidParameterError(
+            task_id, "conn_id", conn_id, "is not a defined connection",
+            f"create it (e.g. AIRFLOW_CONN_{conn_id.upper()}='{{\"conn_type\": \"spark\", "
+            "\"host\": \"local[2]\"}'), or pass the conn_id of your Spark cluster",
+            table_uri) from error

@@ -1,0 +1,118 @@
+"""The job's files: private while the job runs, one folder per map index and try, gone when the
+task ends, and no credential in any of them, nor on the command line, in XCom, rendered fields
+or logs."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from airflow.sdk import DAG
+from deltalake import DeltaTable
+
+from airflow_provider_delta.operators import DeltaIncrementalOperator
+
+from .conftest import SPARK_CONF, append_rows, delta_rows, driver_env
+from .transforms import JOB_FILES_LOG_ENV
+
+pytestmark = pytest.mark.slow
+
+
+def _files_under(folder: Path) -> list[Path]:
+    return [path for path in folder.rglob("*") if path.is_file()]
+
+
+def test_mapped_jobs_have_private_folders_of_their_own_removed_at_the_end(
+        spark_local_conn, run_dag, private_tmp, tmp_path, monkeypatch):
+    log = tmp_path / "job_files.jsonl"
+    monkeypatch.setenv(JOB_FILES_LOG_ENV, str(log))
+    work_dir = tmp_path / "jobs"
+    loads = []
+    for name in ("a", "b", "failing"):
+        append_rows(str(tmp_path / name), [0, 1])
+        transform = "raise_error" if name == "failing" else "record_job_files"
+        loads.append({"table_uri": str(tmp_path / name), "target": str(tmp_path / f"{name}_copy"),
+                      "watermark_key": f"wm_files_{name}",
+                      "transform": f"operators.transforms:{transform}"})
+    with DAG("mapped_job_files", schedule=None) as dag:
+        DeltaIncrementalOperator.partial(
+            task_id="load", conn_id=spark_local_conn, conf=SPARK_CONF, work_dir=str(work_dir),
+            watermark_store="variable", env_vars=driver_env(),
+        ).expand_kwargs(loads)
+
+    run = run_dag(dag)
+
+    states = {ti.map_index: ti.state for ti in run.get_task_instances()}
+    assert states == {0: "success", 1: "success", 2: "failed"}
+    for name in ("a", "b"):
+        assert delta_rows(str(tmp_path / f"{name}_copy")) == delta_rows(str(tmp_path / name))
+    seen = [json.loads(line) for line in log.read_text().splitlines()]
+    folders = sorted(Path(entry["spec"]).parent.name for entry in seen)
+    run_name = f"mapped_job_files.load.{run.run_id}".replace(":", "_").replace("+", "_")
+    assert folders == [f"{run_name}.0.1", f"{run_name}.1.1"]
+    assert {(entry["spec_mode"], entry["folder_mode"]) for entry in seen} == {(0o600, 0o700)}
+    assert _files_under(work_dir) == [] and list(private_tmp.iterdir()) == []
+
+
+SECRET = "moto-secret-key-98765"  # the shared S3 fixture's secret key
+
+
+@pytest.fixture
+def recorded_command_lines(tmp_path, monkeypatch, spark_local_conn):
+    """A ``spark-submit`` first on PATH that appends its command line to a file, then runs
+    the real one."""
+    bin_dir, lines = tmp_path / "bin", tmp_path / "command_lines.txt"
+    bin_dir.mkdir()
+    wrapper = bin_dir / "spark-submit"
+    real = Path(sys.executable).parent / "spark-submit"
+    wrapper.write_text(f'#!/bin/sh\nprintf "%s\\n" "$*" >> "{lines}"\nexec "{real}" "$@"\n')
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    return lines
+
+
+def test_credentials_reach_the_driver_only_through_its_environment(
+        spark_local_conn, recorded_command_lines, s3_options, run_dag, private_tmp, tmp_path,
+        capfd, caplog, request):
+    """The source is on S3 (moto): the driver can plan it only with the credentials."""
+    assert s3_options["AWS_SECRET_ACCESS_KEY"] == SECRET
+    source = f"s3://lake/{request.node.name}"
+    DeltaTable.create(source, pa.schema([("id", pa.int64())]), storage_options=s3_options)
+    target = str(tmp_path / "copy")
+    with DAG("s3_credentials", schedule=None) as dag:
+        DeltaIncrementalOperator(
+            task_id="load", table_uri=source, storage_options=s3_options, target=target,
+            conn_id=spark_local_conn, conf=SPARK_CONF, watermark_store="variable",
+            watermark_key="wm_s3_credentials")
+
+    run = run_dag(dag)
+
+    (load,) = run.get_task_instances()
+    assert load.state == "success"
+    assert DeltaTable(target).schema().to_arrow() == pa.schema([("id", pa.int64())])
+    assert SECRET not in "".join(capfd.readouterr()) + caplog.text
+    assert SECRET not in recorded_command_lines.read_text()
+    assert list(private_tmp.iterdir()) == []
+    assert not [path for path in _files_under(tmp_path) if SECRET.encode() in path.read_bytes()]
+    assert SECRET not in str(_xcoms(run)) + str(_rendered(load))
+
+
+def _xcoms(dag_run) -> list:
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        rows = session.scalars(XComModel.get_many(run_id=dag_run.run_id,
+                                                  dag_ids=dag_run.dag_id)).all()
+        return [XComModel.deserialize_value(row) for row in rows]
+
+
+def _rendered(task_instance) -> dict:
+    from airflow.models.renderedtifields import RenderedTaskInstanceFields
+
+    return RenderedTaskInstanceFields.get_templated_fields(task_instance)
