@@ -1,0 +1,478 @@
+"""The bad inputs and the error each gives. ``test_bad_input_table.py`` runs every case;
+``scripts/bad_inputs_table.py`` prints the README's "Bad input" table from this list.
+
+A case is an attempt on a :class:`Scene` (a three-commit source table, versions 0..2, and a
+target path). Operators run with ``conn_id="no_such_spark"`` unless a case needs a real Spark
+connection: an attempt that got as far as submitting would fail on that connection instead
+of with the expected error.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+from deltalake import DeltaTable
+
+from airflow_provider_delta.errors import (
+    DataChangeError,
+    DeltaProviderError,
+    InvalidLogError,
+    InvalidParameterError,
+    LogGapError,
+    MissingDataFileError,
+    SchemaChangeError,
+    SinkSchemaMismatchError,
+    TableNotFoundError,
+    UnsupportedFeatureError,
+    VersionNotAvailableError,
+    WatermarkError,
+)
+
+DAG_PARSE, TASK_START, SPARK_JOB = "DAG parse", "task start", "Spark job"
+SPARK_CONN = "spark_bad_input"
+
+
+@dataclass(frozen=True)
+class BadInput:
+    group: str
+    bad_input: str  # what is wrong, in words (the README's column)
+    attempt: Callable[[Scene], Any]
+    error: type[BaseException]
+    message: str  # a part of the error message (the README shows it)
+    stage: str = TASK_START  # where it is refused: DAG parse (__init__), task start, Spark job
+    in_progress: str | None = None  # "#12.N in progress": fails until that fix is in main
+
+
+class Scene:
+    """A source table with versions 0..2 (rows 0..4) and a target path, in ``folder``."""
+
+    def __init__(self, folder: Path, monkeypatch: Any, request: Any):
+        from .conftest import append_rows
+
+        self.folder, self.monkeypatch, self.request = folder, monkeypatch, request
+        self.source, self.target = str(folder / "source"), str(folder / "target")
+        for ids in ([0, 1], [2], [3, 4]):
+            append_rows(self.source, ids)
+
+    # -- running the operators -----------------------------------------------------------
+
+    def incremental(self, **kwargs: Any) -> Any:
+        from airflow_provider_delta.operators import DeltaIncrementalOperator
+
+        options = {"start_version": 0, "end_version": 2, **kwargs}
+        return self._run(DeltaIncrementalOperator, options)
+
+    def from_watermark(self, stored: Any) -> Any:
+        """An incremental load whose Variable watermark holds ``stored`` for the source."""
+        return self.from_variable({self.source: stored})
+
+    def from_variable(self, value: Any) -> Any:
+        """An incremental load from the watermark Variable, which holds ``value``."""
+        self.set_variable("wm_bad_input", value)
+        return self.incremental(start_version=None, end_version=None,
+                                watermark_store="variable", watermark_key="wm_bad_input")
+
+    def time_travel(self, **kwargs: Any) -> Any:
+        from airflow_provider_delta.operators import DeltaTimeTravelOperator
+
+        return self._run(DeltaTimeTravelOperator, kwargs)
+
+    def construct(self, operator: type, **kwargs: Any) -> Any:
+        options = {"task_id": "load", "table_uri": self.source, "target": self.target,
+                   "conn_id": "no_such_spark", **kwargs}
+        return operator(**options)
+
+    def _run(self, operator: type, kwargs: dict[str, Any]) -> Any:
+        params = kwargs.pop("params", {})
+        self.begin()
+        task = self.construct(operator, **kwargs)
+        self.constructed = True
+        context = {"run_id": "manual__bad_input", "params": params}
+        task.render_template_fields(context)
+        return task.execute(context)
+
+    def begin(self) -> None:
+        """The attempt starts: what the source and target hold now must hold after it."""
+        self.constructed = False
+        self.files_at_start = self.files()
+        self.started = time.perf_counter()
+
+    def files(self) -> dict[str, tuple[int, int] | None]:
+        """Every file of the scene, (size, mtime) by path, and every folder (None)."""
+        return {str(path): (path.stat().st_size, path.stat().st_mtime_ns) if path.is_file()
+                else None for path in self.folder.rglob("*")}
+
+    def with_spark_connection(self) -> str:
+        self.monkeypatch.setenv(f"AIRFLOW_CONN_{SPARK_CONN.upper()}",
+                                '{"conn_type": "spark", "host": "local[1]"}')
+        return SPARK_CONN
+
+    def delta_connection(self, **extra: Any) -> str:
+        self.monkeypatch.setenv("AIRFLOW_CONN_DELTA_BAD_INPUT",
+                                json.dumps({"conn_type": "delta", "extra": extra}))
+        return "delta_bad_input"
+
+    def job(self, **kwargs: Any) -> Any:
+        """The driver's ``run_job`` on the test session, for what only the Spark job can see."""
+        from airflow_provider_delta.job.driver import run_job
+        from airflow_provider_delta.job.spec import JobSpec, SinkSpec
+
+        sink = SinkSpec(kind="delta", path=self.target, app_id="bad-input")
+        spec = JobSpec(table_uri=self.source, mode="changes", start_version=0, end_version=2,
+                       sink=sink, context={"task_id": "load"})
+        spark = self.request.getfixturevalue("spark")
+        self.begin()
+        return run_job(spark, replace(spec, **kwargs))
+
+    def set_variable(self, name: str, value: Any) -> None:
+        text = value if isinstance(value, str) else json.dumps(value)
+        self.monkeypatch.setenv(f"AIRFLOW_VAR_{name.upper()}", text)
+
+    # -- damaging the source ------------------------------------------------------------------
+
+    def log_file(self, name: str) -> Path:
+        return Path(self.source) / "_delta_log" / name
+
+    def commit(self, version: int) -> Path:
+        return self.log_file(f"{version:020d}.json")
+
+    def checkpointed(self) -> Path:
+        """Checkpoint version 2 and clean the commits it replaces; returns the checkpoint."""
+        DeltaTable(self.source).create_checkpoint()
+        for version in range(3):
+            self.commit(version).unlink()
+        return self.log_file(f"{2:020d}.checkpoint.parquet")
+
+    def data_files(self) -> list[Path]:
+        return sorted(Path(self.source).glob("*.parquet"))
+
+    def rewrite_commit(self, version: int, edit: Callable[[list[dict]], list[dict]]) -> None:
+        path = self.commit(version)
+        actions = [json.loads(line) for line in path.read_text().splitlines()]
+        path.write_text("".join(json.dumps(a) + "\n" for a in edit(actions)))
+
+    def s3_uri(self, name: str) -> str:
+        return self.request.getfixturevalue("upload")(self.source, f"bad-input/{name}")
+
+    def s3_options(self, **changes: str) -> dict[str, str]:
+        return {**self.request.getfixturevalue("s3_options"), **changes}
+
+
+def _protocol(actions: list[dict], **protocol: Any) -> list[dict]:
+    return [{"protocol": protocol} if "protocol" in a else a for a in actions]
+
+
+def _truncate(path: Path, keep: int) -> None:
+    path.write_bytes(path.read_bytes()[:keep])
+
+
+def _delete_rows(scene: Scene) -> None:
+    DeltaTable(scene.source).delete("id = 0")
+
+
+def _drop_column(scene: Scene) -> None:
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    write_deltalake(scene.source, pa.table({"id": pa.array([9], pa.int64())}),
+                    mode="overwrite", schema_mode="overwrite")
+
+
+def _future() -> str:
+    return (datetime.now(timezone.utc) + timedelta(days=1)).isoformat()
+
+
+def _then(*steps: Callable[[], Any]) -> Any:
+    """Run ``steps`` in order; the last one's value (lets a lambda prepare, then attempt)."""
+    result = None
+    for step in steps:
+        result = step()
+    return result
+
+
+NOT_A_TABLE = "is not a Delta table"
+
+CASES: list[BadInput] = [
+    # -- options --------------------------------------------------------------------------------
+    BadInput("options", "`max_files=0`", lambda s: s.incremental(max_files=0),
+             InvalidParameterError, "max_files=0 is not a whole number >= 1", DAG_PARSE),
+    BadInput("options", "`max_files=-1`", lambda s: s.incremental(max_files=-1),
+             InvalidParameterError, "max_files=-1 is not a whole number >= 1", DAG_PARSE),
+    BadInput("options", "`max_files=True`", lambda s: s.incremental(max_files=True),
+             InvalidParameterError, "max_files=True is not a whole number >= 1", DAG_PARSE),
+    BadInput("options", "`max_files=\"10\"` (a string)", lambda s: s.incremental(max_files="10"),
+             InvalidParameterError, "max_files='10' is not a whole number >= 1", DAG_PARSE),
+    BadInput("options", "`max_bytes=0`", lambda s: s.incremental(max_bytes=0),
+             InvalidParameterError, "max_bytes=0 is not a whole number >= 1", DAG_PARSE),
+    BadInput("options", "`max_bytes=-5`", lambda s: s.incremental(max_bytes=-5),
+             InvalidParameterError, "max_bytes=-5 is not a whole number >= 1", DAG_PARSE),
+    BadInput("options", "`start_version=-1`", lambda s: s.incremental(start_version=-1),
+             InvalidParameterError, "start_version=-1 is negative", DAG_PARSE),
+    BadInput("options", "`start_version=1.5`", lambda s: s.incremental(start_version=1.5),
+             InvalidParameterError, "start_version=1.5 is not a table version", DAG_PARSE),
+    BadInput("options", "`start_version=\"2\", end_version=\"1\"`",
+             lambda s: s.incremental(start_version="2", end_version="1"),
+             InvalidParameterError, "start_version=2 is after end_version (1)", DAG_PARSE),
+    BadInput("options", "`end_version` without `start_version`",
+             lambda s: s.incremental(start_version=None, end_version=1),
+             InvalidParameterError, "end_version=1 needs a start_version too", DAG_PARSE),
+    BadInput("options", "templated `start_version` that renders to `abc`",
+             lambda s: s.incremental(start_version="{{ params.start }}",
+                                     params={"start": "abc"}),
+             InvalidParameterError, "start_version='abc' is not a table version"),
+    BadInput("options", "templated `start_version` that renders above `end_version`",
+             lambda s: s.incremental(start_version="{{ params.start }}", end_version=1,
+                                     params={"start": 2}),
+             InvalidParameterError, "start_version=2 is after end_version (1)"),
+    BadInput("options", "`start_version` above the latest version",
+             lambda s: s.incremental(start_version=7, end_version=None),
+             ValueError, "start_version=7 is after the latest version (2)"),
+    BadInput("options", "`end_version` above the latest version",
+             lambda s: s.incremental(start_version=1, end_version=5),
+             VersionNotAvailableError, "5 is not available; the log can recreate versions 0..2"),
+    BadInput("options", "`transform` and `sql` both given",
+             lambda s: s.incremental(transform="m:f", sql="select * from changes"),
+             InvalidParameterError, "transform='m:f' is given with sql", DAG_PARSE),
+    BadInput("options", "`sink=\"parket\"` (unknown)", lambda s: s.incremental(sink="parket"),
+             InvalidParameterError, "sink='parket' is not a sink this provider knows", DAG_PARSE),
+    BadInput("options", "`sink=\"delta\"` without `target`",
+             lambda s: s.incremental(target=None),
+             InvalidParameterError, "target=None is needed by sink='delta'", DAG_PARSE),
+    BadInput("options", "`watermark_store=\"redis\"`",
+             lambda s: s.incremental(watermark_store="redis"),
+             ValueError, "watermark_store='redis' is unknown", DAG_PARSE),
+    BadInput("options", "`initial=\"sometime\"`", lambda s: s.incremental(initial="sometime"),
+             WatermarkError, "initial='sometime' is not valid", DAG_PARSE),
+    BadInput("options", "`initial=-2`", lambda s: s.incremental(initial=-2),
+             WatermarkError, "initial=-2 is not valid", DAG_PARSE),
+    BadInput("options", "a delete in the range without `ignore_deletes`",
+             lambda s: _then(lambda: _delete_rows(s),
+                             lambda: s.incremental(start_version=1, end_version=3)),
+             DataChangeError, "version 3 changes existing data"),
+    BadInput("options", "a dropped column in the range",
+             lambda s: _then(lambda: _drop_column(s),
+                             lambda: s.incremental(start_version=1, end_version=3,
+                                                   ignore_changes=True)),
+             SchemaChangeError, "version 3 changes the schema in a non-additive way"),
+    BadInput("options", "`conn_id` that does not exist",
+             lambda s: s.incremental(conn_id="no_such_spark"),
+             InvalidParameterError, "conn_id='no_such_spark' is not a defined connection"),
+    # -- time travel -----------------------------------------------------------------------------
+    BadInput("time travel", "both `version` and `timestamp`",
+             lambda s: s.time_travel(version=1, timestamp="2024-01-01T00:00:00"),
+             InvalidParameterError, "give exactly one of version and timestamp", DAG_PARSE),
+    BadInput("time travel", "neither `version` nor `timestamp`", lambda s: s.time_travel(),
+             InvalidParameterError, "give exactly one of version and timestamp", DAG_PARSE),
+    BadInput("time travel", "`version=-3`", lambda s: s.time_travel(version=-3),
+             InvalidParameterError, "version=-3 is negative", DAG_PARSE),
+    BadInput("time travel", "`version` above the latest", lambda s: s.time_travel(version=9),
+             VersionNotAvailableError, "9 is not available"),
+    BadInput("time travel", "a timestamp in the future",
+             lambda s: s.time_travel(timestamp=datetime.now() + timedelta(days=1)),
+             InvalidParameterError, "is in the future", DAG_PARSE),
+    BadInput("time travel", "a templated timestamp that renders to the future",
+             lambda s: s.time_travel(timestamp="{{ params.at }}", params={"at": _future()}),
+             InvalidParameterError, "is in the future"),
+    BadInput("time travel", "`timestamp=\"yesterday\"`",
+             lambda s: s.time_travel(timestamp="yesterday"),
+             InvalidParameterError, "timestamp='yesterday' is not a date and time", DAG_PARSE),
+    BadInput("time travel", "a timestamp before the first commit",
+             lambda s: s.time_travel(timestamp="2001-01-01T00:00:00"),
+             VersionNotAvailableError, "timestamp 2001-01-01"),
+    BadInput("time travel", "a data file of the version is gone (vacuumed)",
+             lambda s: _then(lambda: s.data_files()[0].unlink(), lambda: s.time_travel(version=2)),
+             MissingDataFileError, "is gone (vacuumed?)"),
+    BadInput("time travel", "`sink=\"parquet\"` and a version that is not available",
+             lambda s: s.time_travel(version=9, sink="parquet"),
+             VersionNotAvailableError, "9 is not available"),
+    # -- URIs -------------------------------------------------------------------------------------
+    BadInput("URIs", "a `table_uri` that does not exist",
+             lambda s: s.incremental(table_uri=str(s.folder / "absent")),
+             TableNotFoundError, NOT_A_TABLE),
+    BadInput("URIs", "a `table_uri` that is an empty folder",
+             lambda s: _then(lambda: (s.folder / "empty").mkdir(),
+                             lambda: s.incremental(table_uri=str(s.folder / "empty"))),
+             TableNotFoundError, NOT_A_TABLE),
+    BadInput("URIs", "a `table_uri` that is a file",
+             lambda s: s.incremental(table_uri=str(s.data_files()[0])),
+             TableNotFoundError, NOT_A_TABLE),
+    BadInput("URIs", "a `table_uri` of a plain Parquet folder",
+             lambda s: _then(lambda: shutil.rmtree(Path(s.source) / "_delta_log"),
+                             lambda: s.incremental()),
+             TableNotFoundError, NOT_A_TABLE),
+    BadInput("URIs", "a `table_uri` pointing at `_delta_log` itself",
+             lambda s: s.incremental(table_uri=f"{s.source}/_delta_log"),
+             TableNotFoundError, NOT_A_TABLE),
+    BadInput("URIs", "an unknown scheme (`s4://`)",
+             lambda s: s.incremental(table_uri="s4://bucket/table"),
+             DeltaProviderError, "s4://bucket/table", in_progress="#12.10 in progress"),
+    BadInput("URIs", "an S3 table that does not exist",
+             lambda s: s.incremental(table_uri="s3://lake/absent", storage_options=s.s3_options()),
+             TableNotFoundError, NOT_A_TABLE),
+    BadInput("URIs", "an S3 bucket that does not exist",
+             lambda s: s.incremental(table_uri="s3://no-such-bucket/t",
+                                     storage_options=s.s3_options()),
+             DeltaProviderError, "no-such-bucket", in_progress="#12.10 in progress"),
+    # -- credentials ------------------------------------------------------------------------------
+    BadInput("credentials", "a misspelt storage option (`AWS_SECRET_ACCES_KEY`)",
+             lambda s: s.incremental(table_uri="s3://lake/t", storage_options=s.s3_options(
+                 AWS_SECRET_ACCES_KEY="x")),
+             DeltaProviderError, "aws_secret_acces_key", in_progress="#12.10 in progress"),
+    BadInput("credentials", "an `http://` endpoint without `AWS_ALLOW_HTTP`",
+             lambda s: s.incremental(table_uri="s3://lake/t", storage_options=s.s3_options(
+                 AWS_ALLOW_HTTP="false")),
+             DeltaProviderError, "s3://lake/t", in_progress="#12.10 in progress"),
+    BadInput("credentials", "a delta connection with `provider=\"s5\"`",
+             lambda s: s.incremental(delta_conn_id=s.delta_connection(provider="s5")),
+             DeltaProviderError, "provider 's5' is not supported"),
+    BadInput("credentials", "a `delta_conn_id` that does not exist",
+             lambda s: s.incremental(delta_conn_id="no_such_delta"),
+             Exception, "The conn_id `no_such_delta` isn't defined"),
+    # -- damaged logs and checkpoints ---------------------------------------------------------
+    BadInput("damaged logs", "a commit missing inside the range",
+             lambda s: _then(lambda: s.commit(1).unlink(), lambda: s.incremental()),
+             LogGapError, "commit(s) 1 are missing"),
+    BadInput("damaged logs", "a torn last line in a commit",
+             lambda s: _then(lambda: _truncate(s.commit(1), -20), lambda: s.incremental()),
+             InvalidLogError, "00000000000000000001.json", in_progress="#12.20 in progress"),
+    BadInput("damaged logs", "a garbage line in a commit",
+             lambda s: _then(lambda: s.commit(1).write_text("not json\n"),
+                             lambda: s.incremental()),
+             InvalidLogError, "00000000000000000001.json", in_progress="#12.20 in progress"),
+    BadInput("damaged logs", "a zero-byte commit",
+             lambda s: _then(lambda: s.commit(2).write_bytes(b""), lambda: s.incremental()),
+             InvalidLogError, "00000000000000000002.json", in_progress="#12.20 in progress"),
+    BadInput("damaged logs", "no commit 0 and no checkpoint",
+             lambda s: _then(lambda: s.commit(0).unlink(), lambda: s.incremental(start_version=1)),
+             DeltaProviderError, "versions 1..2"),
+    BadInput("damaged logs", "a reader feature this provider does not know",
+             lambda s: _then(lambda: s.rewrite_commit(0, lambda a: _protocol(
+                 a, protocol=1, minReaderVersion=3, minWriterVersion=7,
+                 readerFeatures=["futureFeature"], writerFeatures=["futureFeature"])),
+                 lambda: s.incremental()),
+             UnsupportedFeatureError, "requires reader feature 'futureFeature'"),
+    BadInput("damaged logs", "reader version 4",
+             lambda s: _then(lambda: s.rewrite_commit(0, lambda a: _protocol(
+                 a, protocol=1, minReaderVersion=4, minWriterVersion=7)),
+                 lambda: s.incremental()),
+             UnsupportedFeatureError, "requires reader feature"),
+    BadInput("damaged logs", "a data file of the range is gone (vacuumed)",
+             lambda s: _then(lambda: [f.unlink() for f in s.data_files()],
+                             lambda: s.incremental()),
+             MissingDataFileError, "is gone (vacuumed?)"),
+    BadInput("checkpoints", "a truncated checkpoint, its commits cleaned",
+             lambda s: _then(lambda: _truncate(s.checkpointed(), 100), lambda: s.incremental(
+                 start_version=2)),
+             DeltaProviderError, "00000000000000000002.checkpoint.parquet",
+             in_progress="#12.20 in progress"),
+    BadInput("checkpoints", "a zero-byte checkpoint, its commits cleaned",
+             lambda s: _then(lambda: _truncate(s.checkpointed(), 0), lambda: s.incremental(
+                 start_version=2)),
+             DeltaProviderError, "00000000000000000002.checkpoint.parquet",
+             in_progress="#12.20 in progress"),
+    BadInput("checkpoints", "`_last_checkpoint` names a deleted checkpoint",
+             lambda s: _then(lambda: s.checkpointed().unlink(), lambda: s.incremental(
+                 start_version=2)),
+             DeltaProviderError, "00000000000000000002.checkpoint.parquet",
+             in_progress="#12.20 in progress"),
+    # -- targets ------------------------------------------------------------------------------------
+    BadInput("targets", "`target` equal to the source",
+             lambda s: s.incremental(target=s.source),
+             DeltaProviderError, "is the source table", in_progress="#12.18 in progress"),
+    BadInput("targets", "`target` a non-empty plain Parquet folder",
+             lambda s: _then(lambda: shutil.copytree(s.source, s.target,
+                                                     ignore=shutil.ignore_patterns("_delta_log")),
+                             lambda: s.incremental()),
+             DeltaProviderError, "not a Delta table", in_progress="#12.19 in progress"),
+    BadInput("targets", "`target` that is a file",
+             lambda s: _then(lambda: Path(s.target).write_text("a file"), lambda: s.incremental()),
+             DeltaProviderError, "is a file", in_progress="#12.22 in progress (sinks)"),
+    BadInput("targets", "a Delta `target` with other columns",
+             lambda s: _then(lambda: s.job(end_version=0),
+                             lambda: s.job(sql="select id, name, 1 as extra from changes",
+                                           sink=replace(_delta_sink(s), app_id="other"))),
+             SinkSchemaMismatchError, "do not match the target table", SPARK_JOB),
+    BadInput("targets", "`target` below a file (unwritable)",
+             lambda s: _then(lambda: (s.folder / "a-file").write_text("x"),
+                             lambda: s.job(sink=replace(_delta_sink(s),
+                                                        path=str(s.folder / "a-file" / "t")))),
+             Exception, "ot a directory", SPARK_JOB),
+    # -- transforms ---------------------------------------------------------------------------
+    BadInput("transforms", "`transform=\"nocolon\"`", lambda s: s.incremental(transform="nocolon"),
+             InvalidParameterError, "transform='nocolon' is not of the form 'module:function'",
+             DAG_PARSE),
+    BadInput("transforms", "`transform=\"module:\"`", lambda s: s.incremental(transform="mod:"),
+             InvalidParameterError, "is not of the form 'module:function'", DAG_PARSE),
+    BadInput("transforms", "`transform=\":function\"`", lambda s: s.incremental(transform=":f"),
+             InvalidParameterError, "is not of the form 'module:function'", DAG_PARSE),
+    BadInput("transforms", "`transform=123`", lambda s: s.incremental(transform=123),
+             InvalidParameterError, "transform=123 is not of the form", DAG_PARSE),
+    BadInput("transforms", "a `transform` whose module does not import",
+             lambda s: s.incremental(conn_id=s.with_spark_connection(),
+                                     transform="no_such_module:f"),
+             InvalidParameterError, "transform='no_such_module:f' cannot be imported"),
+    BadInput("transforms", "a `transform` naming a missing function",
+             lambda s: s.incremental(conn_id=s.with_spark_connection(),
+                                     transform="operators.transforms:no_such_function"),
+             InvalidParameterError, "names no function 'no_such_function'"),
+    BadInput("transforms", "a `transform` that raises",
+             lambda s: s.job(transform="operators.transforms:raise_error"),
+             ValueError, "the transform found bad data", SPARK_JOB),
+    BadInput("transforms", "a `transform` that returns None, with a sink",
+             lambda s: s.job(transform="operators.transforms:return_none"),
+             InvalidParameterError, "returned None for versions 0..2", SPARK_JOB),
+    BadInput("transforms", "`sql` with a syntax error",
+             lambda s: s.job(sql="selec id from changes"),
+             Exception, "PARSE_SYNTAX_ERROR", SPARK_JOB),
+    BadInput("transforms", "`sql` naming a missing column",
+             lambda s: s.job(sql="select nope from changes"),
+             Exception, "UNRESOLVED_COLUMN", SPARK_JOB),
+    # -- watermarks -----------------------------------------------------------------------------
+    BadInput("watermarks", "a watermark above the latest version",
+             lambda s: s.from_watermark({"version": 9}), WatermarkError, "ahead"),
+    BadInput("watermarks", "a watermark of another table id",
+             lambda s: s.from_watermark({"version": 1, "table_id": "another-table"}),
+             WatermarkError, "another-table"),
+    BadInput("watermarks", "a watermark that is not a version",
+             lambda s: s.from_watermark({"version": "x"}), WatermarkError, "not a table version"),
+    BadInput("watermarks", "a negative watermark",
+             lambda s: s.from_watermark(-4), WatermarkError, "not a table version"),
+    BadInput("watermarks", "a watermark Variable that is not JSON",
+             lambda s: s.from_variable("{not json"), WatermarkError, "is not JSON"),
+    BadInput("watermarks", "a watermark Variable that is a list",
+             lambda s: s.from_variable([1, 2]), WatermarkError, "not an object"),
+    BadInput("watermarks", "an empty `watermark_key`",
+             lambda s: s.incremental(start_version=None, end_version=None,
+                                     watermark_store="variable", watermark_key=""),
+             WatermarkError, "needs a non-empty key"),
+]
+
+
+def _delta_sink(scene: Scene) -> Any:
+    from airflow_provider_delta.job.spec import SinkSpec
+
+    return SinkSpec(kind="delta", path=scene.target, app_id="bad-input")
+
+
+def case_id(case: BadInput) -> str:
+    return f"{case.group}: {case.bad_input}".replace("`", "")
+
+
+def markdown_table(cases: list[BadInput] = CASES) -> str:
+    """The README's table: one row per case."""
+    rows = ["| # | group | bad input | refused at | error | message (excerpt) |",
+            "|---|---|---|---|---|---|"]
+    for number, case in enumerate(cases, start=1):
+        message = case.message.replace("|", "\\|")
+        status = f" ({case.in_progress})" if case.in_progress else ""
+        rows.append(f"| {number} | {case.group} | {case.bad_input} | {case.stage} | "
+                    f"`{case.error.__name__}`{status} | {message} |")
+    return "\n".join(rows) + "\n"
+
