@@ -127,9 +127,11 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
     @cached_property
     def source_storage_options(self) -> dict[str, str] | None:
         """Explicit ``storage_options``, else those of ``delta_conn_id`` (resolved at run time)."""
-        if self.storage_options is not None:
+        if self.storage_options is not None or not self.delta_conn_id:
             return self.storage_options
-        return DeltaHook(self.delta_conn_id).get_storage_options() if self.delta_conn_id else None
+        parameters.check_connection(self.delta_conn_id, "delta_conn_id", "delta",
+                                    task_id=self.task_id, table_uri=self.table_uri)
+        return DeltaHook(self.delta_conn_id).get_storage_options()
 
     def sink_spec(self) -> SinkSpec:
         """The sink as the driver sees it; its txn appId is stable per DAG, task and target."""
@@ -214,7 +216,7 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
         """What would fail only once spark-submit runs: a missing Spark connection, a
         transform the driver cannot import (checked where the driver runs like this task)."""
         where = {"task_id": self.task_id, "table_uri": self.table_uri}
-        parameters.check_spark_connection(self._conn_id, **where)
+        parameters.check_connection(self._conn_id, "conn_id", "spark", **where)
         driver_runs_here = self._get_hook()._connection["deploy_mode"] != "cluster"
         if self.transform and not self.py_files and driver_runs_here:
             parameters.check_importable(self.transform, **where)

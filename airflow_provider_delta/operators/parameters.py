@@ -125,16 +125,19 @@ def sink_kind(sink: str | None, target: str | None, *, task_id: str, table_uri: 
                                     "give the path or URI to write to, or sink=None", table_uri)
 
 
-def check_spark_connection(conn_id: str, *, task_id: str, table_uri: str) -> None:
-    """The Spark connection exists (without it the Spark provider falls back to YARN)."""
+def check_connection(conn_id: str, parameter: str, conn_type: str, *, task_id: str,
+                     table_uri: str) -> None:
+    """The connection named by ``parameter`` exists (a missing Spark connection would make
+    the Spark provider fall back to YARN)."""
     from airflow.sdk import BaseHook
     from airflow.sdk.exceptions import AirflowNotFoundException
 
     try:
         BaseHook.get_connection(conn_id)
     except AirflowNotFoundException as error:
+        example = {"spark": '"host": "local[2]"', "delta": '"host": "https://s3.example.com"'}
         raise InvalidParameterError(
-            task_id, "conn_id", conn_id, "is not a defined connection",
-            f"create it (e.g. AIRFLOW_CONN_{conn_id.upper()}='{{\"conn_type\": \"spark\", "
-            "\"host\": \"local[2]\"}'), or pass the conn_id of your Spark cluster",
+            task_id, parameter, conn_id, "is not a defined connection",
+            f"create it (e.g. AIRFLOW_CONN_{conn_id.upper()}='{{\"conn_type\": "
+            f"\"{conn_type}\", {example[conn_type]}}}'), or name an existing one",
             table_uri) from error
