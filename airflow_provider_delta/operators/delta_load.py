@@ -282,17 +282,20 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
         """The spark-submit process's environment: on local masters the driver runs on this
         Python (which has the package); where the driver is a child of spark-submit it gets
         the storage options, which never go into a file or onto the command line."""
-        connection = self._get_hook()._connection
+        hook = self._get_hook()
         env = dict(self.env_vars or {})
-        if connection["master"].startswith("local"):
+        if hook._connection["master"].startswith("local"):
             env = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
                    **env}
-        if connection["deploy_mode"] != "cluster":
+        # The Spark provider turns env_vars into --conf arguments for YARN and Kubernetes.
+        env_on_command_line = hook._is_yarn or hook._is_kubernetes
+        if hook._connection["deploy_mode"] != "cluster" and not env_on_command_line:
             env.update(storage_options_env(spec))
         elif spec.storage_options or spec.sink.storage_options:
-            self.log.warning("%s: deploy mode cluster: the storage options are not sent to the "
-                             "driver (only a command line could carry them); give the cluster "
-                             "its own credentials for the table and the target", self.table_uri)
+            self.log.warning("%s: the storage options are not sent to a driver on %s (only its "
+                             "command line could carry them); give the cluster its own "
+                             "credentials for the table and the target", self.table_uri,
+                             hook._connection["master"])
         return env or None
 
     def finish(self, context: Context, result: JobResult) -> dict[str, Any]:

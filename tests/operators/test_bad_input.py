@@ -88,6 +88,14 @@ def test_a_transform_that_raises_commits_nothing(spark, source, tmp_path):
     assert not os.path.exists(target)
 
 
+def test_a_transform_that_writes_by_itself_may_return_none(spark, source):
+    """Only a sink needs the transform's rows: with ``sink=None`` None is what it returns."""
+    spec = replace(_spec(source, "unused"), sink=SinkSpec(kind="none"),
+                   transform="operators.transforms:return_none")
+    result = run_job(spark, spec)
+    assert [(b.start_version, b.end_version, b.rows) for b in result.batches] == [(0, 1, None)]
+
+
 def test_rows_that_do_not_fit_the_target_commit_nothing(spark, source, tmp_path):
     target = str(tmp_path / "target")
     run_job(spark, _spec(source, target))

@@ -15,7 +15,7 @@ import pytest
 from airflow.sdk import DAG
 from deltalake import DeltaTable
 
-from airflow_provider_delta.operators import DeltaIncrementalOperator
+from airflow_provider_delta.operators import DeltaIncrementalOperator, DeltaTimeTravelOperator
 
 from .conftest import SPARK_CONF, append_rows, delta_rows, driver_env
 from .transforms import JOB_FILES_LOG_ENV
@@ -80,9 +80,7 @@ def test_credentials_reach_the_driver_only_through_its_environment(
         spark_local_conn, recorded_command_lines, s3_options, run_dag, private_tmp, tmp_path,
         capfd, caplog, request):
     """The source is on S3 (moto): the driver can plan it only with the credentials."""
-    assert s3_options["AWS_SECRET_ACCESS_KEY"] == SECRET
-    source = f"s3://lake/{request.node.name}"
-    DeltaTable.create(source, pa.schema([("id", pa.int64())]), storage_options=s3_options)
+    source = _empty_s3_table(s3_options, request.node.name)
     target = str(tmp_path / "copy")
     with DAG("s3_credentials", schedule=None) as dag:
         DeltaIncrementalOperator(
@@ -100,6 +98,30 @@ def test_credentials_reach_the_driver_only_through_its_environment(
     assert list(private_tmp.iterdir()) == []
     assert not [path for path in _files_under(tmp_path) if SECRET.encode() in path.read_bytes()]
     assert SECRET not in str(_xcoms(run)) + str(_rendered(load))
+
+
+def test_credentials_stay_off_a_yarn_command_line(recorded_command_lines, s3_options,
+                                                  monkeypatch, private_tmp, tmp_path, request):
+    """The Spark provider puts env_vars on the command line for YARN: none are sent there."""
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_YARN", '{"conn_type": "spark", "host": "yarn"}')
+    load = DeltaTimeTravelOperator(
+        task_id="load", table_uri=_empty_s3_table(s3_options, request.node.name), version=0,
+        storage_options=s3_options, target=str(tmp_path / "copy"), conn_id="spark_yarn")
+
+    with pytest.raises(Exception, match="Cannot execute"):  # no YARN here
+        load.execute({"run_id": "manual__yarn"})
+
+    (command,) = recorded_command_lines.read_text().splitlines()
+    assert "--master yarn" in command and SECRET not in command
+    assert list(private_tmp.iterdir()) == []
+
+
+def _empty_s3_table(s3_options: dict[str, str], name: str) -> str:
+    """A table with a schema and no rows in the moto bucket (Spark here cannot read s3a://)."""
+    assert s3_options["AWS_SECRET_ACCESS_KEY"] == SECRET
+    uri = f"s3://lake/{name}"
+    DeltaTable.create(uri, pa.schema([("id", pa.int64())]), storage_options=s3_options)
+    return uri
 
 
 def _xcoms(dag_run) -> list:
