@@ -63,6 +63,30 @@ def widened_schema(schema: dict, widenings: list[tuple[list[str], str]], table_v
     return schema
 
 
+def upgraded_to_name_mapping(meta_action: dict) -> dict:
+    """A copy of a ``metaData`` action switched to column mapping mode ``name`` the way Delta
+    upgrades a table: every field, nested ones too, gets an id and its own name as physical
+    name (the name existing files use)."""
+    schema = json.loads(meta_action["schemaString"])
+    ids = itertools.count(1)
+
+    def assign(fields: list[dict]) -> None:
+        for field in fields:
+            field["metadata"]["delta.columnMapping.id"] = next(ids)
+            field["metadata"]["delta.columnMapping.physicalName"] = field["name"]
+            if isinstance(field["type"], dict) and field["type"]["type"] == "struct":
+                assign(field["type"]["fields"])
+
+    assign(schema["fields"])
+    configuration = dict(meta_action.get("configuration") or {})
+    configuration.update({"delta.columnMapping.mode": "name",
+                          "delta.columnMapping.maxColumnId": str(next(ids) - 1)})
+    return dict(meta_action, schemaString=json.dumps(schema), configuration=configuration)
+
+
+NAME_MAPPING_PROTOCOL = {"protocol": {"minReaderVersion": 2, "minWriterVersion": 5}}
+
+
 @pytest.fixture
 def shared_table(tmp_path):
     """Copy a shared reference table into a temp folder and return its local path."""

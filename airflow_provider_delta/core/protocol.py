@@ -30,6 +30,8 @@ _CATALOG_HINT = (
 _INTEGER_WIDTHS = {"byte": 1, "short": 2, "integer": 4, "long": 8}
 _DECIMAL_INTEGER_DIGITS = {"byte": 10, "short": 10, "integer": 10, "long": 20}
 _DECIMAL = re.compile(r"decimal\((\d+),\s*(\d+)\)")
+# The one mode change Delta reads across: existing files keep their (logical) column names.
+_NAME_MODE_UPGRADE = ("none", "name")
 
 
 def check_protocol(table_uri: str, protocol: Mapping[str, Any], version: int | None) -> None:
@@ -55,25 +57,26 @@ def check_additive(table_uri: str, version: int, old: TableMetadata, new: TableM
     """Raise SchemaChangeError unless ``new`` only adds nullable columns to ``old``.
 
     Drops, renames (including column-mapping renames: the physical name changes meaning),
-    type changes other than Delta's type widenings, nullability tightening and
-    partition-column changes are non-additive.
+    type changes other than Delta's type widenings, nullability tightening,
+    partition-column changes and column-mapping mode changes other than the upgrade from
+    ``none`` to ``name`` are non-additive.
     """
     if tuple(old.partition_columns) != tuple(new.partition_columns):
         raise SchemaChangeError(
             table_uri, version,
             f"partition columns {list(old.partition_columns)} -> {list(new.partition_columns)}",
         )
-    if old.column_mapping_mode != new.column_mapping_mode:
+    modes = (old.column_mapping_mode, new.column_mapping_mode)
+    if modes[0] != modes[1] and modes != _NAME_MODE_UPGRADE:
         raise SchemaChangeError(
-            table_uri, version,
-            f"column mapping mode {old.column_mapping_mode} -> {new.column_mapping_mode}",
-        )
-    problem = _struct_problem(old.schema, new.schema, "")
+            table_uri, version, f"column mapping mode {modes[0]} -> {modes[1]}")
+    problem = _struct_problem(old.schema, new.schema, "", modes == _NAME_MODE_UPGRADE)
     if problem:
         raise SchemaChangeError(table_uri, version, problem)
 
 
-def _struct_problem(old: Mapping[str, Any], new: Mapping[str, Any], prefix: str) -> str | None:
+def _struct_problem(old: Mapping[str, Any], new: Mapping[str, Any], prefix: str,
+                    upgrading: bool) -> str | None:
     new_fields = {f["name"]: f for f in new.get("fields", [])}
     old_names = {f["name"] for f in old.get("fields", [])}
     for field in old.get("fields", []):
@@ -81,11 +84,11 @@ def _struct_problem(old: Mapping[str, Any], new: Mapping[str, Any], prefix: str)
         counterpart = new_fields.get(field["name"])
         if counterpart is None:
             return f"column {name!r} was dropped or renamed"
-        if _physical(field) != _physical(counterpart):
+        if not _same_physical_column(field, counterpart, upgrading):
             return f"column {name!r} maps to a different physical column"
         if field.get("nullable", True) and not counterpart.get("nullable", True):
             return f"column {name!r} became NOT NULL"
-        problem = _type_problem(field["type"], counterpart["type"], name)
+        problem = _type_problem(field["type"], counterpart["type"], name, upgrading)
         if problem:
             return problem
     for name, field in new_fields.items():
@@ -94,7 +97,7 @@ def _struct_problem(old: Mapping[str, Any], new: Mapping[str, Any], prefix: str)
     return None
 
 
-def _type_problem(old: Any, new: Any, name: str) -> str | None:
+def _type_problem(old: Any, new: Any, name: str, upgrading: bool) -> str | None:
     if isinstance(old, str) or isinstance(new, str):
         if old == new or is_type_widening(old, new):
             return None
@@ -103,13 +106,27 @@ def _type_problem(old: Any, new: Any, name: str) -> str | None:
         return f"column {name!r} changed type {_show(old)} -> {_show(new)}"
     kind = old["type"]
     if kind == "struct":
-        return _struct_problem(old, new, name + ".")
+        return _struct_problem(old, new, name + ".", upgrading)
     if kind == "array":
-        return _type_problem(old["elementType"], new["elementType"], name + ".element")
+        return _type_problem(old["elementType"], new["elementType"], name + ".element",
+                             upgrading)
     if kind == "map":
-        return (_type_problem(old["keyType"], new["keyType"], name + ".key")
-                or _type_problem(old["valueType"], new["valueType"], name + ".value"))
+        return (_type_problem(old["keyType"], new["keyType"], name + ".key", upgrading)
+                or _type_problem(old["valueType"], new["valueType"], name + ".value",
+                                 upgrading))
     return None
+
+
+def _same_physical_column(old: Mapping[str, Any], new: Mapping[str, Any],
+                          upgrading: bool) -> bool:
+    """Whether files written under ``old`` hold the column where ``new`` reads it.
+
+    On the upgrade to name mode Delta gives each existing field its logical name as physical
+    name, which is what the files written before it use.
+    """
+    if upgrading:
+        return _physical(new)[0] == old["name"]
+    return _physical(old) == _physical(new)
 
 
 def is_type_widening(old: Any, new: Any) -> bool:

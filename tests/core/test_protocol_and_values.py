@@ -15,7 +15,7 @@ from airflow_provider_delta.core import latest_version, plan_changes, plan_snaps
 from airflow_provider_delta.core.actions import parse_partition_value
 from airflow_provider_delta.core.protocol import is_type_widening
 from airflow_provider_delta.errors import SchemaChangeError, UnsupportedFeatureError
-from tests.conftest import widened_schema
+from tests.conftest import NAME_MAPPING_PROTOCOL, upgraded_to_name_mapping, widened_schema
 from tests.core.conftest import commit_actions, data_change_adds
 
 
@@ -134,6 +134,48 @@ def test_column_mapping_rename_is_non_additive(shared_table):
     with pytest.raises(SchemaChangeError, match=old_name) as caught:
         plan_changes(path, 0)
     assert caught.value.version == version
+
+
+def _upgrade_commit(path: str, meta_action: dict) -> int:
+    return _commit(path, [NAME_MAPPING_PROTOCOL, {"metaData": meta_action}])
+
+
+def _deltalake_table(path: str) -> None:
+    table = pa.table({"id": [1], "info": pa.array([{"a": 1}], pa.struct([("a", pa.int64())])),
+                      "region": ["eu"]})
+    write_deltalake(path, table, partition_by=["region"])
+    write_deltalake(path, table, partition_by=["region"], mode="append")
+
+
+def test_upgrade_to_name_column_mapping_inside_a_range_is_allowed(tmp_path):
+    """DeltaSourceColumnMappingSuite, "allowed workflows - upgrade to name mode"."""
+    path = str(tmp_path / "t")
+    _deltalake_table(path)
+    upgrade = _upgrade_commit(path, upgraded_to_name_mapping(_metadata(path)))
+    plan = plan_changes(path, 0)
+    assert plan.metadata.column_mapping_mode == "name"
+    assert sorted(plan.metadata_changes) == [0, upgrade]
+    assert [f.path for f in plan] == data_change_adds(path, 0) + data_change_adds(path, 1)
+
+
+@pytest.mark.parametrize("change, detail", [
+    ("new physical name", "column 'info.a' maps to a different physical column"),
+    ("id mode", "column mapping mode none -> id"),
+])
+def test_column_mapping_upgrades_delta_does_not_read_across_are_refused(tmp_path, change,
+                                                                        detail):
+    path = str(tmp_path / "t")
+    _deltalake_table(path)
+    upgraded = upgraded_to_name_mapping(_metadata(path))
+    if change == "id mode":
+        upgraded["configuration"]["delta.columnMapping.mode"] = "id"
+    else:  # a physical name the files written before the upgrade do not use
+        upgraded["schemaString"] = upgraded["schemaString"].replace(
+            '"delta.columnMapping.physicalName": "a"', '"delta.columnMapping.physicalName": "col-a"')
+    version = _upgrade_commit(path, upgraded)
+    with pytest.raises(SchemaChangeError) as caught:
+        plan_changes(path, 0)
+    assert caught.value.version == version and detail in str(caught.value)
 
 
 def test_column_mapping_partition_values_are_keyed_by_logical_name(shared_table):
