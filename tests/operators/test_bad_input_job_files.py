@@ -59,6 +59,30 @@ def test_mapped_jobs_have_private_folders_of_their_own_removed_at_the_end(
     assert _files_under(work_dir) == [] and list(private_tmp.iterdir()) == []
 
 
+def test_a_work_dir_on_shared_storage_holds_the_job_files_only_while_the_task_runs(
+        spark_local_conn, s3_options, s3_store, run_dag, private_tmp, tmp_path, monkeypatch):
+    """As in cluster mode: spec and result in an S3 work_dir, which worker and driver reach
+    with the credentials of their own environment."""
+    import obstore
+
+    for name, value in s3_options.items():
+        monkeypatch.setenv(name, value)
+    source, target = str(tmp_path / "source"), str(tmp_path / "copy")
+    append_rows(source, [0, 1, 2])
+    with DAG("shared_work_dir", schedule=None) as dag:
+        DeltaIncrementalOperator(
+            task_id="load", table_uri=source, target=target, conn_id=spark_local_conn,
+            conf=SPARK_CONF, work_dir="s3://lake/delta-jobs", watermark_store="variable",
+            watermark_key="wm_shared_work_dir")
+
+    (load,) = run_dag(dag).get_task_instances()
+
+    assert load.state == "success"
+    assert delta_rows(target) == delta_rows(source)
+    assert [meta for chunk in obstore.list(s3_store, prefix="delta-jobs/") for meta in chunk] == []
+    assert list(private_tmp.iterdir()) == []
+
+
 SECRET = "moto-secret-key-98765"  # the shared S3 fixture's secret key
 
 
