@@ -218,3 +218,14 @@ class InvalidParameterError(DeltaProviderError, ValueError):
         super().__init__(f"{task_id}: {table}{parameter}={value!r} {problem}; {fix}",
                          table_uri=table_uri)
         self.parameter = parameter
+
+
+class MergeInputError(DeltaProviderError):
+    """A batch a ``delta-merge`` sink cannot apply by its ``merge_keys``."""
+
+    def __init__(self, target_uri: str, detail: str):
+        super().__init__(
+            f"{target_uri}: the delta-merge sink refuses the batch: {detail}. Nothing was "
+            "committed; the watermark stays where it was.",
+            table_uri=target_uri,
+        )

@@ -17,12 +17,16 @@ row is a ``delete`` of its old image plus an ``insert`` of its new one.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from airflow_provider_delta.core.actions import FileFactory, file_key, table_metadata
-from airflow_provider_delta.core.changes import _apply_table_changes, _check_range, _range_commits
-from airflow_provider_delta.core.model import DeletionVectorDescriptor, PlannedFile, TableMetadata
+from airflow_provider_delta.core.changes import (
+    _apply_table_changes, _check_range, _range_commits, split_batches,
+)
+from airflow_provider_delta.core.model import (
+    DeletionVectorDescriptor, Plan, PlannedFile, TableMetadata,
+)
 from airflow_provider_delta.core.protocol import check_protocol
 from airflow_provider_delta.core.replay import (
     earliest_recreatable, raise_unreadable, read_commits, replay,
@@ -77,6 +81,30 @@ class ChangeFeedPlan:
     @property
     def files(self) -> tuple[ChangeFile, ...]:
         return tuple(f for commit in self.commits for f in commit.files)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.file.size for f in self.files)
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def as_plan(self) -> Plan:
+        """The feed's files as a :class:`Plan` (for what only needs paths, sizes, versions)."""
+        return Plan(self.table_uri, self.start_version, self.end_version,
+                    tuple(f.file for f in self.files), self.metadata)
+
+
+def split_feed(feed: ChangeFeedPlan, *, max_files: int | None = None,
+               max_bytes: int | None = None) -> list[ChangeFeedPlan]:
+    """Consecutive sub-feeds covering the feed's range, cut as :func:`split_batches` cuts a plan
+    (never inside a commit, limits soft)."""
+    return [
+        replace(feed, start_version=batch.start_version, end_version=batch.end_version,
+                commits=tuple(c for c in feed.commits
+                              if batch.start_version <= c.version <= batch.end_version))
+        for batch in split_batches(feed.as_plan(), max_files=max_files, max_bytes=max_bytes)
+    ]
 
 
 def plan_change_feed(table_uri: str, start_version: int, end_version: int | None = None, *,

@@ -18,13 +18,17 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_delta.core import plan_changes, plan_snapshot, split_batches
+from airflow_provider_delta.core import (
+    ChangeFeedPlan, commit_timestamp, plan_change_feed, plan_changes, plan_snapshot,
+    split_batches, split_feed,
+)
 from airflow_provider_delta.core.model import Plan
 from airflow_provider_delta.errors import InvalidParameterError
 from airflow_provider_delta.job.sinks import Sink, make_sink
 from airflow_provider_delta.job.spec import BatchResult, JobResult, JobSpec
 from airflow_provider_delta.job.storage import read_text, with_storage_options_from, write_text
 from airflow_provider_delta.spark import read_plan
+from airflow_provider_delta.spark.change_feed import read_feed, snapshot_as_inserts
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -48,7 +52,7 @@ def run_job(spark: SparkSession, spec: JobSpec) -> JobResult:
     return JobResult(spec.table_uri, spec.mode, start, end, tuple(results))
 
 
-def _batches(spec: JobSpec, committed: int | None) -> list[Plan]:
+def _batches(spec: JobSpec, committed: int | None) -> list[Plan | ChangeFeedPlan]:
     options = {"storage_options": spec.storage_options}
     if spec.mode == "snapshot":
         if committed is not None and committed >= spec.snapshot_version:
@@ -57,6 +61,9 @@ def _batches(spec: JobSpec, committed: int | None) -> list[Plan]:
     start, end = _covered_range(spec, committed)
     if end is not None and start > end:
         return []
+    if spec.change_feed:
+        feed = plan_change_feed(spec.table_uri, start, end, **options)
+        return split_feed(feed, max_files=spec.max_files, max_bytes=spec.max_bytes)
     plan = plan_changes(
         spec.table_uri, start, end,
         ignore_deletes=spec.ignore_deletes, ignore_changes=spec.ignore_changes,
@@ -75,8 +82,9 @@ def _covered_range(spec: JobSpec, committed: int | None) -> tuple[int, int | Non
     return start, spec.end_version
 
 
-def _run_batch(spark: SparkSession, spec: JobSpec, sink: Sink, batch: Plan) -> BatchResult:
-    df = read_plan(spark, batch, storage_options=spec.storage_options)
+def _run_batch(spark: SparkSession, spec: JobSpec, sink: Sink, batch: Plan | ChangeFeedPlan
+               ) -> BatchResult:
+    df = _read_batch(spark, spec, batch)
     context = {**spec.context, "table_uri": spec.table_uri,
                "start_version": batch.start_version, "end_version": batch.end_version}
     out = transform(spark, df, spec, context)
@@ -87,6 +95,17 @@ def _run_batch(spark: SparkSession, spec: JobSpec, sink: Sink, batch: Plan) -> B
         start_version=batch.start_version, end_version=batch.end_version, files=len(batch),
         bytes=batch.total_bytes, rows=written.rows, sink_version=written.sink_version,
     )
+
+
+def _read_batch(spark: SparkSession, spec: JobSpec, batch: Plan | ChangeFeedPlan) -> DataFrame:
+    options = {"storage_options": spec.storage_options}
+    if isinstance(batch, ChangeFeedPlan):
+        return read_feed(spark, batch, **options)
+    df = read_plan(spark, batch, **options)
+    if spec.change_feed:  # a first load from a snapshot: its rows are the feed's inserts
+        committed_at = commit_timestamp(spec.table_uri, batch.end_version, **options)
+        return snapshot_as_inserts(df, batch.end_version, committed_at)
+    return df
 
 
 def transform(spark: SparkSession, df: DataFrame, spec: JobSpec,

@@ -205,7 +205,11 @@ class DeltaAppendSink(Sink):
 
 def make_sink(spec: SinkSpec) -> Sink:
     """The sink a :class:`SinkSpec` describes."""
-    kinds: dict[str, type[Sink]] = {"delta": DeltaAppendSink, "format": FormatSink}
+    from airflow_provider_delta.job.merge_sink import DeltaMergeSink  # it builds on this module
+
+    kinds: dict[str, type[Sink]] = {
+        "delta": DeltaAppendSink, "delta-merge": DeltaMergeSink, "format": FormatSink,
+    }
     return kinds[spec.kind](spec) if spec.kind in kinds else NoSink()
 
 

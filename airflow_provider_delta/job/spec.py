@@ -12,7 +12,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-SINK_KINDS = ("delta", "format", "none")
+SINK_KINDS = ("delta", "delta-merge", "format", "none")
 
 
 @dataclass(frozen=True)
@@ -20,6 +20,7 @@ class SinkSpec:
     """Where the rows go.
 
     ``kind`` is ``"delta"`` (append to a Delta table through ``deltalake``, exactly once),
+    ``"delta-merge"`` (apply a change feed to a Delta table by ``merge_keys``, exactly once),
     ``"format"`` (any Spark data source format, one folder per batch, overwritten on re-run)
     or ``"none"`` (the transform writes by itself).
     """
@@ -32,13 +33,17 @@ class SinkSpec:
     app_id: str | None = None  # Delta txn appId; set by the operator for delta sinks
     use_delta_spark: bool = False  # write with format("delta") (needs the Delta jars)
     storage_options: dict[str, str] | None = None
+    merge_keys: tuple[str, ...] = ()  # the key columns of a delta-merge sink
 
     def __post_init__(self) -> None:
         if self.kind not in SINK_KINDS:
             raise ValueError(f"sink kind {self.kind!r} is not one of {', '.join(SINK_KINDS)}")
         if self.kind != "none" and not self.path:
             raise ValueError(f"a {self.kind!r} sink needs a path")
+        if (self.kind == "delta-merge") != bool(self.merge_keys):
+            raise ValueError("merge_keys go with a delta-merge sink, and it needs them")
         object.__setattr__(self, "partition_by", tuple(self.partition_by))
+        object.__setattr__(self, "merge_keys", tuple(self.merge_keys))
 
 
 @dataclass(frozen=True)
@@ -56,6 +61,7 @@ class JobSpec:
     skip_change_commits: bool = False
     max_files: int | None = None
     max_bytes: int | None = None
+    change_feed: bool = False  # read the row changes (read_change_feed), not the added files
     transform: str | None = None  # "module:function" taking (spark, df, context)
     sql: str | None = None  # runs over the temp view ``changes``
     storage_options: dict[str, str] | None = None

@@ -93,6 +93,7 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
         sink: str | None = "delta",
         partition_by: Sequence[str] = (),
         sink_options: dict[str, str] | None = None,
+        merge_keys: Sequence[str] = (),
         transform: str | None = None,
         sql: str | None = None,
         delta_conn_id: str | None = None,
@@ -108,6 +109,11 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
                                         table_uri)
         parameters.transform_reference(transform, **where)
         parameters.sink_kind(sink, target, **where)
+        if (sink == "delta-merge") != bool(merge_keys):
+            raise InvalidParameterError(
+                where["task_id"], "merge_keys", list(merge_keys), f"does not fit sink={sink!r}",
+                "give merge_keys (the key columns it merges by) exactly when sink='delta-merge'",
+                table_uri)
         if target and "outlets" not in kwargs:
             kwargs["outlets"] = [Asset(uri=to_uri(target), name=to_uri(target))]
         kwargs.setdefault("name", f"delta-load-{kwargs.get('task_id', 'job')}")
@@ -117,6 +123,7 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
         self.sink = sink
         self.partition_by = tuple(partition_by)
         self.sink_options = sink_options or {}
+        self.merge_keys = tuple(merge_keys)
         self.transform = transform
         self.sql = sql
         self.delta_conn_id = delta_conn_id
@@ -137,9 +144,11 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
         """The sink as the driver sees it; its txn appId is stable per DAG, task and target."""
         if self.sink is None:
             return SinkSpec(kind="none")
-        kind = "delta" if self.sink in ("delta", "delta-spark") else "format"
+        kinds = {"delta": "delta", "delta-spark": "delta", "delta-merge": "delta-merge"}
+        kind = kinds.get(self.sink, "format")
         return SinkSpec(
             kind=kind, path=self.target, format=self.sink if kind == "format" else "parquet",
+            merge_keys=self.merge_keys,
             partition_by=self.partition_by, options=self.sink_options,
             app_id=stable_app_id(self.dag_id, self.task_id, to_uri(self.target)),
             use_delta_spark=self.sink == "delta-spark",
@@ -192,6 +201,11 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
         else:
             start = spec.start_version if committed is None else max(spec.start_version,
                                                                       committed + 1)
+            if spec.change_feed:
+                feed = core.plan_change_feed(spec.table_uri, start, spec.end_version, **options)
+                self.check_merge_keys(feed.metadata, spec)
+                check_files_exist(feed.as_plan(), spec.storage_options)
+                return feed
             plan = core.plan_changes(
                 spec.table_uri, start, spec.end_version, ignore_deletes=spec.ignore_deletes,
                 ignore_changes=spec.ignore_changes, skip_change_commits=spec.skip_change_commits,
@@ -199,6 +213,18 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
             )
         check_files_exist(plan, spec.storage_options)  # vacuumed files: fail here, not in Spark
         return plan
+
+    def check_merge_keys(self, metadata: core.TableMetadata, spec: JobSpec) -> None:
+        """Without a transform the rows are the source's: its columns must hold the keys."""
+        if spec.transform or spec.sql:
+            return
+        columns = [f["name"] for f in metadata.schema.get("fields", [])]
+        missing = [k for k in spec.sink.merge_keys if k not in columns]
+        if missing:
+            raise InvalidParameterError(
+                self.task_id, "merge_keys", list(spec.sink.merge_keys),
+                f"names columns {missing} that the source does not have ({columns})",
+                "fix merge_keys, or give a transform or sql that makes them", spec.table_uri)
 
     def submit(self, context: Context, spec: JobSpec) -> JobResult:
         """Write the spec, run the driver through spark-submit, read its result; the job's
@@ -347,6 +373,13 @@ class DeltaIncrementalOperator(_DeltaSparkJobOperator):
         ``ignore_changes``, ``skip_change_commits``).
     :param max_files: at most this many files per batch (at least one commit each).
     :param max_bytes: at most this many bytes per batch (at least one commit each).
+    :param change_feed: load the row changes of the range (inserts, deletes, update images,
+        with ``_change_type``, ``_commit_version``, ``_commit_timestamp``; see
+        :func:`~airflow_provider_delta.spark.read_change_feed`) instead of the added files;
+        a first load from a snapshot gives its rows as inserts. Pair it with
+        ``sink="delta-merge"`` and ``merge_keys`` to keep a target equal to the source.
+    :param merge_keys: the key columns of ``sink="delta-merge"`` (required with it, refused
+        without it).
     :param ship_package: send a zip of this package with ``py_files`` (cluster mode).
     :param work_dir: where the job spec and result live; shared storage in cluster mode. Each
         try writes ``<work_dir>/<dag>.<task>.<run id>.<map index>.<try>/{spec,result}.json`` (no
@@ -379,10 +412,15 @@ class DeltaIncrementalOperator(_DeltaSparkJobOperator):
         skip_change_commits: bool = False,
         max_files: int | None = None,
         max_bytes: int | None = None,
+        change_feed: bool = False,
         **kwargs: Any,
     ):
         super().__init__(table_uri=table_uri, **kwargs)
         validate_store_kind(watermark_store, self.task_id)
+        if self.sink == "delta-merge" and not change_feed:
+            raise InvalidParameterError(
+                self.task_id, "change_feed", change_feed, "is off, but sink='delta-merge' "
+                "applies a change feed", "set change_feed=True", table_uri)
         self.start_version = start_version
         self.end_version = end_version
         self.sensor_task_id = sensor_task_id
@@ -401,6 +439,7 @@ class DeltaIncrementalOperator(_DeltaSparkJobOperator):
                                                 table_uri=table_uri)
         if not (parameters.is_templated(start_version) or parameters.is_templated(end_version)):
             self.explicit_range()
+        self.change_feed = change_feed
 
     @cached_property
     def store(self) -> WatermarkStore:
@@ -415,6 +454,7 @@ class DeltaIncrementalOperator(_DeltaSparkJobOperator):
             "ignore_deletes": self.ignore_deletes, "ignore_changes": self.ignore_changes,
             "skip_change_commits": self.skip_change_commits,
             "max_files": self.max_files, "max_bytes": self.max_bytes,
+            "change_feed": self.change_feed,
         }
 
     def execute(self, context: Context) -> dict[str, Any]:

@@ -12,7 +12,7 @@ import re
 
 from airflow_provider_delta.errors import InvalidParameterError
 
-DELTA_SINKS = ("delta", "delta-spark")
+DELTA_SINKS = ("delta", "delta-spark", "delta-merge")
 # The data sources Spark knows by short name without a package of the user's choosing.
 SPARK_FORMATS = ("parquet", "orc", "json", "csv", "text", "avro", "xml")
 _VERSION = re.compile(r"\s*-?\d+\s*")

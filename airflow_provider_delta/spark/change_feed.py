@@ -79,6 +79,14 @@ def read_feed(
     return _union(frames).select(*[F.col(quoted(name)) for name in schema.names])
 
 
+def snapshot_as_inserts(df: DataFrame, version: int, timestamp_ms: int) -> DataFrame:
+    """A snapshot's rows as a change feed of inserts at ``version`` (a first full load)."""
+    return df.select(
+        "*", F.lit(INSERT).alias(CHANGE_TYPE), F.lit(version).cast("long").alias(COMMIT_VERSION),
+        F.lit(_utc(timestamp_ms)).alias(COMMIT_TIMESTAMP),
+    )
+
+
 class _FeedReader:
     """Reads groups of a feed's files, each row tagged with its commit and change type."""
 

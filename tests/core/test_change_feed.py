@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from airflow_provider_delta.core import plan_change_feed
+from airflow_provider_delta.core import plan_change_feed, split_feed
 from airflow_provider_delta.errors import SchemaChangeError, VersionNotAvailableError
 from tests.core.conftest import append_unchanged_merge, commit_actions
 
@@ -100,3 +100,11 @@ def test_schema_is_the_latest_one_and_must_extend_the_range(tmp_path):
             plan_change_feed(path, 0, end)
         assert caught.value.version == 2
     assert [c.version for c in plan_change_feed(path, 2).commits] == [2]
+
+
+def test_split_feed_never_cuts_a_commit(shared_table):
+    feed = plan_change_feed(shared_table("delta-rs/cdf-table"), 0)  # 10, 6, 6 and 1 files
+    batches = split_feed(feed, max_files=7)
+    assert [(b.start_version, b.end_version, len(b)) for b in batches] == [
+        (0, 0, 10), (1, 1, 6), (2, 3, 7)]
+    assert [c.version for b in batches for c in b.commits] == [0, 1, 2, 3]

@@ -37,9 +37,18 @@ def kill_during_write(spark, df, context):
     Only while the marker file named by ``$DELTA_TEST_KILL_MARKER`` is missing: the transform
     creates it first, so a re-run of the same DAG writes the batch normally.
     """
+    return _killing_at_batch_2(add_batch_end(spark, df, context), context)
+
+
+def kill_during_feed_write(spark, df, context):
+    """:func:`kill_during_write` for change feed rows, passed on unchanged (a merge target
+    keeps the source's columns)."""
+    return _killing_at_batch_2(df, context)
+
+
+def _killing_at_batch_2(out, context):
     import os
 
-    out = add_batch_end(spark, df, context)
     marker = os.environ[KILL_MARKER_ENV]
     if context["end_version"] != 2 or os.path.exists(marker):
         return out

@@ -26,7 +26,7 @@ def _merge(table: DeltaTable, rows: pa.Table):
     return table.merge(rows, "t.id = s.id", source_alias="s", target_alias="t")
 
 
-def _write_changes(path: str, configuration: dict | None = None) -> None:
+def write_changes(path: str, configuration: dict | None = None) -> None:
     """v0 create, v1 update, v2 delete, v3 merge (update, insert, delete), v4 append,
     v5 an update that sets a value it already has."""
     rows = pa.table({"id": pa.array(range(20), pa.int64()), "v": [f"v{i}" for i in range(20)]})
@@ -46,14 +46,14 @@ def _write_changes(path: str, configuration: dict | None = None) -> None:
 @pytest.fixture(scope="module")
 def cdf_on_table(tmp_path_factory) -> str:
     path = str(tmp_path_factory.mktemp("cdf-on") / "t")
-    _write_changes(path, CDF_ON)
+    write_changes(path, CDF_ON)
     return path
 
 
 @pytest.fixture(scope="module")
 def cdf_off_table(tmp_path_factory) -> str:
     path = str(tmp_path_factory.mktemp("cdf-off") / "t")
-    _write_changes(path)
+    write_changes(path)
     return path
 
 

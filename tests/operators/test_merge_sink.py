@@ -1,0 +1,78 @@
+"""The delta-merge sink run by the driver's run_job on real local Spark (no spark-submit):
+a change feed applied by key keeps the target equal to the source, exactly once."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+from airflow_provider_delta.errors import MergeInputError, SinkSchemaMismatchError
+from airflow_provider_delta.job.driver import run_job
+from airflow_provider_delta.job.spec import JobSpec, SinkSpec
+from tests.spark.test_change_feed import CDF_ON, write_changes
+
+from .conftest import delta_rows
+
+APP_ID = "merge-app"
+
+
+def _job(source: str, target: str, start: int = 0, end: int | None = None, *,
+         keys: tuple[str, ...] = ("id",), change_feed: bool = True, **options) -> JobSpec:
+    sink = SinkSpec(kind="delta-merge", path=target, app_id=APP_ID, merge_keys=keys)
+    return JobSpec(table_uri=source, mode="changes", sink=sink, start_version=start,
+                   end_version=end, change_feed=change_feed, **options)
+
+
+@pytest.mark.parametrize("cdf, max_files", [(True, None), (False, 1)])
+def test_merged_target_equals_source_and_reruns_apply_nothing(spark, tmp_path, cdf, max_files):
+    source, target = str(tmp_path / "source"), str(tmp_path / "target")
+    write_changes(source, CDF_ON if cdf else None)
+
+    first = run_job(spark, _job(source, target, 0, 3, max_files=max_files))
+    assert delta_rows(target) == delta_rows(source, 3)
+    assert DeltaTable(target).transaction_version(APP_ID) == 3
+    run_job(spark, _job(source, target, 4, max_files=max_files))
+    assert delta_rows(target) == delta_rows(source)
+    if max_files == 1:  # one batch per commit: v0, v1, v2 and v3 committed one by one
+        assert [b.end_version for b in first.batches] == [0, 1, 2, 3]
+
+    version = DeltaTable(target).version()
+    again = run_job(spark, _job(source, target, 0, 5, max_files=max_files))  # a re-run
+    assert again.batches == () and DeltaTable(target).version() == version
+
+
+def _source(path: str, ids: list[int | None], names: list[str]) -> None:
+    write_deltalake(path, pa.table({"id": pa.array(ids, pa.int64()), "name": names}),
+                    configuration=CDF_ON)
+
+
+def test_null_and_duplicate_keys_are_refused_before_writing(spark, tmp_path):
+    nulls, twice, target = (str(tmp_path / n) for n in ("nulls", "twice", "target"))
+    _source(nulls, [1, None], ["a", "b"])
+    _source(twice, [1, 1, 2], ["a", "b", "c"])
+    with pytest.raises(MergeInputError, match=r"null in merge_keys \['id'\]"):
+        run_job(spark, _job(nulls, target))
+    with pytest.raises(MergeInputError, match=r"version 0 holds 2 rows with merge_keys \['id'\]"
+                                              r" = \[1\]"):
+        run_job(spark, _job(twice, target))
+    assert not (tmp_path / "target").exists()
+
+
+def test_keys_not_in_the_rows_and_plain_loads_are_refused(spark, tmp_path):
+    source, target = str(tmp_path / "source"), str(tmp_path / "target")
+    _source(source, [1, 2], ["a", "b"])
+    with pytest.raises(MergeInputError, match=r"merge_keys \['nope'\] are not columns"):
+        run_job(spark, _job(source, target, keys=("nope",)))
+    with pytest.raises(MergeInputError, match="load with change_feed=True"):
+        run_job(spark, _job(source, target, change_feed=False))
+    assert not (tmp_path / "target").exists()
+
+
+def test_target_with_another_schema_is_refused(spark, tmp_path):
+    source, target = str(tmp_path / "source"), str(tmp_path / "target")
+    _source(source, [1, 2], ["a", "b"])
+    write_deltalake(target, pa.table({"id": pa.array([1], pa.int64()), "other": [1.5]}))
+    with pytest.raises(SinkSchemaMismatchError, match="other"):
+        run_job(spark, _job(source, target))
+    assert DeltaTable(target).version() == 0
