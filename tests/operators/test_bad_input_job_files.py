@@ -8,6 +8,8 @@ import json
 import os
 import stat
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -18,7 +20,7 @@ from deltalake import DeltaTable
 from airflow_provider_delta.operators import DeltaIncrementalOperator, DeltaTimeTravelOperator
 
 from .conftest import SPARK_CONF, append_rows, delta_rows, driver_env
-from .transforms import JOB_FILES_LOG_ENV
+from .transforms import JOB_FILES_LOG_ENV, STARTED_MARKER_ENV
 
 pytestmark = pytest.mark.slow
 
@@ -81,6 +83,38 @@ def test_a_work_dir_on_shared_storage_holds_the_job_files_only_while_the_task_ru
     assert delta_rows(target) == delta_rows(source)
     assert [meta for chunk in obstore.list(s3_store, prefix="delta-jobs/") for meta in chunk] == []
     assert list(private_tmp.iterdir()) == []
+
+
+def test_on_kill_removes_the_job_files(spark_local_conn, private_tmp, tmp_path, monkeypatch):
+    started = tmp_path / "driver_started"
+    monkeypatch.setenv(STARTED_MARKER_ENV, str(started))
+    source = str(tmp_path / "source")
+    append_rows(source, [0, 1])
+    load = DeltaIncrementalOperator(
+        task_id="load", table_uri=source, target=str(tmp_path / "copy"), start_version=0,
+        end_version=0, conn_id=spark_local_conn, conf=SPARK_CONF, env_vars=driver_env(),
+        transform="operators.transforms:wait_until_killed")
+    failures = []
+    running = threading.Thread(target=_recording_failure, args=(
+        failures, load.execute, {"run_id": "manual__kill"}))
+    running.start()
+    deadline = time.monotonic() + 300
+    while not started.exists() and running.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert started.exists(), failures
+
+    load.on_kill()  # what the task runner does on SIGTERM
+
+    assert list(private_tmp.iterdir()) == []
+    running.join(timeout=120)
+    assert not running.is_alive() and len(failures) == 1
+
+
+def _recording_failure(failures: list, call, *args) -> None:
+    try:
+        call(*args)
+    except Exception as error:  # noqa: BLE001 - the test inspects it
+        failures.append(error)
 
 
 SECRET = "moto-secret-key-98765"  # the shared S3 fixture's secret key

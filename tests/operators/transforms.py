@@ -124,3 +124,19 @@ def record_job_files(spark, df, context):
 def return_none(spark, df, context):
     """Forgets to return the rows."""
     return None
+
+
+STARTED_MARKER_ENV = "DELTA_TEST_STARTED_MARKER"
+
+
+def wait_until_killed(spark, df, context):
+    """Create the marker file ``$DELTA_TEST_STARTED_MARKER``, then wait for the spark-submit
+    JVM (this driver's parent) to die, and exit with it."""
+    import os
+    import time
+
+    open(os.environ[STARTED_MARKER_ENV], "w").close()
+    parent, deadline = os.getppid(), time.monotonic() + 300
+    while os.getppid() == parent and time.monotonic() < deadline:
+        time.sleep(0.2)
+    os._exit(1)
