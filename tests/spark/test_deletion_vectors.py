@@ -14,7 +14,6 @@ from pyroaring import BitMap64
 from airflow_provider_delta.core.model import DeletionVectorDescriptor
 from airflow_provider_delta.errors import MissingDataFileError
 from airflow_provider_delta.spark.deletion_vectors import (
-    MAGIC_NUMBER,
     CorruptDeletionVectorError,
     deleted_rows,
     dv_file_uri,

@@ -11,6 +11,7 @@ import json
 import struct
 import uuid
 from collections import Counter
+from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
@@ -37,22 +38,20 @@ _OBJECT, _ARRAY = 0x0E, 0x0F  # basic type 2/3 with 4-byte offsets and 1-byte fi
 def encode_variant(value: Any) -> dict[str, bytes]:
     """A JSON-like value in the Variant binary encoding: sorted key dictionary, int64 integers,
     doubles, short strings, arrays and objects."""
-    keys = sorted(_keys(value, set()))
+    keys = sorted(_keys(value))
     names = [key.encode() for key in keys]
-    offsets = [0]
-    for name in names:
-        offsets.append(offsets[-1] + len(name))
+    offsets = [0, *accumulate(map(len, names))]
     metadata = bytes([0x11, len(names), *offsets]) + b"".join(names)  # version 1, sorted
     return {"metadata": metadata, "value": _value(value, {k: i for i, k in enumerate(keys)})}
 
 
-def _keys(value: Any, found: set[str]) -> set[str]:
+def _keys(value: Any) -> set[str]:
+    """Every object key in a JSON-like value, at any depth."""
     if isinstance(value, dict):
-        found.update(value)
-    for child in value.values() if isinstance(value, dict) else value if isinstance(
-            value, list) else ():
-        _keys(child, found)
-    return found
+        return set(value).union(*map(_keys, value.values()))
+    if isinstance(value, list):
+        return set().union(*map(_keys, value))
+    return set()
 
 
 def _value(value: Any, ids: dict[str, int]) -> bytes:
@@ -74,9 +73,7 @@ def _value(value: Any, ids: dict[str, int]) -> bytes:
 
 
 def _container(header: int, field_ids: bytes, children: list[bytes]) -> bytes:
-    offsets = [0]
-    for child in children:
-        offsets.append(offsets[-1] + len(child))
+    offsets = [0, *accumulate(map(len, children))]
     return (bytes([header, len(children)]) + field_ids
             + struct.pack(f"<{len(offsets)}I", *offsets) + b"".join(children))
 
