@@ -18,7 +18,8 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from deltalake import DeltaTable
+import pyarrow as pa
+from deltalake import DeltaTable, write_deltalake
 
 from airflow_provider_delta.errors import (
     DamagedLogFileError,
@@ -182,11 +183,17 @@ def _delete_rows(scene: Scene) -> None:
 
 
 def _drop_column(scene: Scene) -> None:
-    import pyarrow as pa
-    from deltalake import write_deltalake
-
     write_deltalake(scene.source, pa.table({"id": pa.array([9], pa.int64())}),
                     mode="overwrite", schema_mode="overwrite")
+
+
+def _change_feed_table(scene: Scene) -> str:
+    """Versions 0..1 of a table that records its change feed."""
+    uri = str(scene.folder / "feed")
+    rows = pa.table({"id": pa.array([1], pa.int64())})
+    write_deltalake(uri, rows, configuration={"delta.enableChangeDataFeed": "true"})
+    write_deltalake(uri, rows, mode="append")
+    return uri
 
 
 def _future() -> str:
@@ -268,6 +275,19 @@ CASES: list[BadInput] = [
     BadInput("options", "`conn_id` that does not exist",
              lambda s: s.incremental(conn_id="no_such_spark"),
              InvalidParameterError, "conn_id='no_such_spark' is not a defined connection"),
+    BadInput("options", "`merge_keys` with `sink=\"delta\"`",
+             lambda s: s.incremental(merge_keys=["id"]),
+             InvalidParameterError, "merge_keys=['id'] does not fit sink='delta'", DAG_PARSE),
+    BadInput("options", "`sink=\"delta-merge\"` without `merge_keys`",
+             lambda s: s.incremental(sink="delta-merge", change_feed=True),
+             InvalidParameterError, "merge_keys=[] does not fit sink='delta-merge'", DAG_PARSE),
+    BadInput("options", "`sink=\"delta-merge\"` without `change_feed`",
+             lambda s: s.incremental(sink="delta-merge", merge_keys=["id"]),
+             InvalidParameterError, "change_feed=False is off", DAG_PARSE),
+    BadInput("options", "`merge_keys` naming a column the source lacks",
+             lambda s: s.incremental(table_uri=_change_feed_table(s), end_version=1,
+                                     change_feed=True, sink="delta-merge", merge_keys=["nope"]),
+             InvalidParameterError, "merge_keys=['nope'] names columns ['nope']"),
     # -- time travel -----------------------------------------------------------------------------
     BadInput("time travel", "both `version` and `timestamp`",
              lambda s: s.time_travel(version=1, timestamp="2024-01-01T00:00:00"),
