@@ -9,11 +9,13 @@ recorded) still reads, without the id check. One small interface, three stores:
 
 ``"xcom"``
     An XCom under ``key`` of task ``task_id`` (default: the task that reads it), read across
-    DAG runs with ``include_prior_dates=True``. The task that finishes the load writes it.
+    DAG runs with ``include_prior_dates=True``. The task that finishes the load writes it. A
+    mapped task reads the XCom of its own map index: each mapped load has its own watermark.
 ``"variable"``
-    The Airflow Variable ``key`` holding JSON ``{table_uri: watermark, ...}``, so one Variable
-    can carry the watermarks of several tables. A write is read back: a Variable shadowed by a
-    secrets backend would otherwise silently keep its old value.
+    The Airflow Variable ``<key>:<table_uri>``: one per (consumer, table), so tasks loading
+    different tables never overwrite each other's watermarks. The older layout, JSON
+    ``{table_uri: watermark, ...}`` in the Variable ``key``, still reads. A write is read
+    back: a Variable shadowed by a secrets backend would otherwise silently keep its old value.
 ``"asset_state"``
     The asset state store of Airflow >= 3.3 (AIP-103): ``key`` inside the state of ``asset``
     (an :class:`~airflow.sdk.Asset`, or its name), or of the task's only inlet/outlet when
@@ -21,10 +23,11 @@ recorded) still reads, without the id check. One small interface, three stores:
 
 Every store returns ``None`` when there is no watermark yet and raises
 :class:`~airflow_provider_delta.errors.WatermarkError` for a malformed one. Writes raise on
-failure; a lost watermark write would reload (or skip) data silently.
+failure; a lost watermark write would reload (or skip) data silently. A write never moves a
+watermark back (a lower version, or another table id) unless it is an explicit reset.
 
-:func:`watermark_for_table` checks a stored watermark against the table's current id, and
-:func:`resolve_start_version` turns a watermark into the first version to read.
+:func:`resolve_load_start` is the one start-version policy: where a load starts given the
+watermark, ``initial`` and the sink's txn. The sensor, the trigger and the operator all use it.
 """
 
 from __future__ import annotations
@@ -42,8 +45,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-Initial = Union[Literal["latest", "earliest"], int]
+Initial = Union[Literal["snapshot", "latest", "earliest"], int]
+INITIAL_NAMES = ("snapshot", "latest", "earliest")
 STORE_KINDS = ("xcom", "variable", "asset_state")
+VARIABLE_KEY_LIMIT = 250  # Airflow's variable.key column
 
 
 class Watermark(NamedTuple):
@@ -84,28 +89,35 @@ class WatermarkStore(ABC):
         """The stored version and table id, or ``None`` if nothing was processed yet."""
         return self._checked(self._get(context), self.where(context))
 
-    def write(self, context: Context, version: int, table_id: str | None = None) -> None:
-        """Record ``version`` of the table ``table_id`` as fully processed; raises on failure."""
+    def write(self, context: Context, version: int, table_id: str | None = None, *,
+              reset: bool = False) -> None:
+        """Record ``version`` of the table ``table_id`` as fully processed; raises on failure.
+
+        A watermark never moves back (to a lower version, or from another table id) unless
+        ``reset`` says so: a run that loaded less than another must not undo its progress.
+        """
         self._require_version(version)
-        self._put(context, version if table_id is None else
-                  {"version": version, "table_id": table_id})
+        if not reset:
+            self._refuse_moving_back(context, version, table_id)
+        self._put(context, encode_watermark(version, table_id))
         log.info("Watermark of %s is now %d, table id %s (%s)",
                  self.table_uri, version, table_id, self.where(context))
 
+    def _refuse_moving_back(self, context: Context, version: int, table_id: str | None) -> None:
+        stored = self.read_watermark(context)
+        if stored is None or (stored.version <= version and stored.table_id in (None, table_id)):
+            return
+        raise WatermarkError(
+            f"{self.table_uri}: refusing to move the watermark in {self.where(context)} from "
+            f"version {stored.version} (table id {stored.table_id}) back to version {version} "
+            f"(table id {table_id}); another run loaded further. Set reset_if_ahead=True to "
+            "move it back on purpose, or delete the watermark.",
+            table_uri=self.table_uri,
+            version=version,
+        )
+
     def _checked(self, raw: Any, where: str) -> Watermark | None:
-        """Validate a raw stored value: ``None``, a version >= 0, or ``{"version", "table_id"}``."""
-        if raw is None:
-            return None
-        stored = raw if isinstance(raw, dict) else {"version": raw}  # a plain int: no table id
-        version, table_id = stored.get("version"), stored.get("table_id")
-        if not _is_version(version) or not isinstance(table_id, (str, type(None))):
-            raise WatermarkError(
-                f"{self.table_uri}: the watermark in {where} is {raw!r}, not a table version "
-                '(an int >= 0, or {"version": <int >= 0>, "table_id": <str>}). Fix or delete it; '
-                "with no watermark the `initial` setting decides where loading starts.",
-                table_uri=self.table_uri,
-            )
-        return Watermark(version, table_id)
+        return parse_watermark(raw, table_uri=self.table_uri, where=where)
 
     def _require_version(self, version: int) -> None:
         if not _is_version(version):
@@ -119,12 +131,33 @@ class WatermarkStore(ABC):
         return f"{type(self).__name__}(key={self.key!r}, table_uri={self.table_uri!r})"
 
 
+def parse_watermark(raw: Any, *, table_uri: str, where: str) -> Watermark | None:
+    """Validate a raw stored value: ``None``, a version >= 0, or ``{"version", "table_id"}``."""
+    if raw is None:
+        return None
+    stored = raw if isinstance(raw, dict) else {"version": raw}  # a plain int: no table id
+    version, table_id = stored.get("version"), stored.get("table_id")
+    if not _is_version(version) or not isinstance(table_id, (str, type(None))):
+        raise WatermarkError(
+            f"{table_uri}: the watermark in {where} is {raw!r}, not a table version "
+            '(an int >= 0, or {"version": <int >= 0>, "table_id": <str>}). Fix or delete it; '
+            "with no watermark the `initial` setting decides where loading starts.",
+            table_uri=table_uri,
+        )
+    return Watermark(version, table_id)
+
+
+def encode_watermark(version: int, table_id: str | None) -> int | dict[str, Any]:
+    """The stored form of a watermark (a plain int only when the table id is unknown)."""
+    return version if table_id is None else {"version": version, "table_id": table_id}
+
+
 def _is_version(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 class XComWatermarkStore(WatermarkStore):
-    """Watermark in an XCom of ``task_id``, read from the latest run that has one."""
+    """Watermark in an XCom of ``task_id``, of the reader's map index, from the latest run."""
 
     def __init__(self, *, key: str, table_uri: str, task_id: str | None = None):
         super().__init__(key=key, table_uri=table_uri)
@@ -135,60 +168,85 @@ class XComWatermarkStore(WatermarkStore):
 
     def _get(self, context: Context) -> Any:
         ti = context["ti"]
-        # map_indexes=-1 asks for the single, newest matching value of an unmapped task.
+        # The same map index: each mapped task instance keeps its own watermark (-1: unmapped).
         return ti.xcom_pull(task_ids=self.task_id or ti.task_id, key=self.key,
-                            include_prior_dates=True, map_indexes=-1)
+                            include_prior_dates=True, map_indexes=ti.map_index)
 
     def _put(self, context: Context, value: Any) -> None:
         context["ti"].xcom_push(key=self.key, value=value)
 
 
 class VariableWatermarkStore(WatermarkStore):
-    """Watermark in an Airflow Variable holding JSON ``{table_uri: watermark}``."""
+    """Watermark in the Airflow Variable ``<key>:<table_uri>``, one per (consumer, table).
+
+    One Variable per table: two tasks writing the watermarks of two tables never
+    read-modify-write the same Variable, so neither can undo the other's write. The older
+    layout, JSON ``{table_uri: watermark}`` in the Variable ``key``, is still read until the
+    first write.
+    """
+
+    def __init__(self, *, key: str, table_uri: str):
+        super().__init__(key=key, table_uri=table_uri)
+        self.variable = f"{key}:{table_uri}"
+        if len(self.variable) > VARIABLE_KEY_LIMIT:
+            raise WatermarkError(
+                f"{table_uri}: the watermark Variable {self.variable!r} would be longer than "
+                f"Airflow's {VARIABLE_KEY_LIMIT} characters; choose a shorter watermark_key.",
+                table_uri=table_uri,
+            )
 
     def where(self, context: Context) -> str:
-        return f"Airflow Variable {self.key!r}"
-
-    def _load(self) -> dict[str, Any]:
-        from airflow.sdk import Variable
-
-        text = Variable.get(self.key, default=None)
-        if text is None or text == "":
-            return {}
-        try:
-            value = json.loads(text)
-        except (TypeError, ValueError) as err:
-            raise self._malformed(f"is not JSON ({err})") from None
-        if not isinstance(value, dict):
-            raise self._malformed(f"holds {type(value).__name__} {value!r}, not an object")
-        return value
-
-    def _malformed(self, problem: str) -> WatermarkError:
-        return WatermarkError(
-            f"{self.table_uri}: Airflow Variable {self.key!r} {problem}; it must hold JSON like "
-            f'{{"{self.table_uri}": {{"version": 42, "table_id": "<id>"}}}} (or '
-            f'{{"{self.table_uri}": 42}}). Fix the Variable, or delete it to start over with '
-            "the `initial` setting.",
-            table_uri=self.table_uri,
-        )
+        return f"Airflow Variable {self.variable!r}"
 
     def _get(self, context: Context) -> Any:
-        return self._load().get(self.table_uri)
+        text = _variable_text(self.variable)
+        if text is not None:
+            return self._decoded(text, self.variable)
+        return self._shared_layout().get(self.table_uri)
+
+    def _shared_layout(self) -> dict[str, Any]:
+        """The older layout: ``{table_uri: watermark}`` in the Variable ``key``."""
+        text = _variable_text(self.key)
+        value = {} if text is None else self._decoded(text, self.key)
+        if not isinstance(value, dict):
+            raise self._malformed(self.key, f"holds {type(value).__name__} {value!r}, not an object")
+        return value
+
+    def _decoded(self, text: str, variable: str) -> Any:
+        try:
+            return json.loads(text)
+        except (TypeError, ValueError) as err:
+            raise self._malformed(variable, f"is not JSON ({err})") from None
+
+    def _malformed(self, variable: str, problem: str) -> WatermarkError:
+        return WatermarkError(
+            f"{self.table_uri}: Airflow Variable {variable!r} {problem}; it must hold JSON like "
+            f'{{"version": 42, "table_id": "<id>"}} (Variable {self.variable!r}) or '
+            f'{{"{self.table_uri}": 42}} (Variable {self.key!r}). Fix the Variable, or delete '
+            "it to start over with the `initial` setting.",
+            table_uri=self.table_uri,
+        )
 
     def _put(self, context: Context, value: Any) -> None:
         from airflow.sdk import Variable
 
-        watermarks = self._load()
-        watermarks[self.table_uri] = value
-        Variable.set(self.key, json.dumps(watermarks, sort_keys=True))
-        stored = self._load().get(self.table_uri)
+        Variable.set(self.variable, json.dumps(value, sort_keys=True))
+        stored = self._get(context)
         if stored != value:
             raise WatermarkError(
-                f"{self.table_uri}: wrote watermark {value!r} to Airflow Variable {self.key!r} "
-                f"but it reads back as {stored!r}. A secrets backend defining {self.key!r} takes "
-                "precedence over the metadata DB; remove it there or choose another key.",
+                f"{self.table_uri}: wrote watermark {value!r} to Airflow Variable "
+                f"{self.variable!r} but it reads back as {stored!r}. A secrets backend defining "
+                f"{self.variable!r} takes precedence over the metadata DB; remove it there or "
+                "choose another key.",
                 table_uri=self.table_uri,
             )
+
+
+def _variable_text(name: str) -> str | None:
+    from airflow.sdk import Variable
+
+    text = Variable.get(name, default=None)
+    return None if text == "" else text
 
 
 class AssetStateWatermarkStore(WatermarkStore):
@@ -274,15 +332,93 @@ def validate_store_kind(kind: str, task_id: str) -> str:
 
 def validate_initial(initial: Initial, table_uri: str) -> Initial:
     """Check an ``initial`` setting early, so a typo fails at DAG parse time, not at run time."""
-    if initial in ("latest", "earliest"):
+    if initial in INITIAL_NAMES:
         return initial
     if isinstance(initial, int) and not isinstance(initial, bool) and initial >= 0:
         return initial
     raise WatermarkError(
-        f"{table_uri}: initial={initial!r} is not valid; use 'latest' (start after the current "
-        "version), 'earliest' (start at version 0) or a version number >= 0.",
+        f"{table_uri}: initial={initial!r} is not valid; use 'snapshot' (load the current "
+        "snapshot, then its changes), 'latest' (start after the current version), 'earliest' "
+        "(start at version 0) or a version number >= 0.",
         table_uri=table_uri,
     )
+
+
+class LoadStart(NamedTuple):
+    """Where a load starts: the snapshot at ``version``, or the changes from ``version`` on."""
+
+    mode: Literal["snapshot", "changes"]
+    version: int
+
+
+def resolve_load_start(
+    stored: Watermark | None,
+    *,
+    table_id: str | None,
+    latest: int,
+    initial: Initial,
+    table_uri: str,
+    reset_if_ahead: bool = False,
+    sink_version: Callable[[], int | None] | None = None,
+    latest_for_initial: Callable[[int], int] | None = None,
+) -> LoadStart:
+    """The start-version policy of the sensor, the trigger and the operator, in this order:
+
+    1. A watermark ``w`` of this table: the changes from ``w + 1``.
+    2. Otherwise ``initial``, as Delta's streaming source: ``"snapshot"`` (Delta's default)
+       the snapshot at ``latest``, then its changes; ``"latest"`` the changes after
+       ``latest`` (``latest_for_initial(latest)``: a sensor keeps the version of its first
+       poke); ``"earliest"`` the changes from version 0; an int the changes from there.
+    3. A snapshot when the sink already holds this task's txn at version ``c``
+       (``sink_version()``: a first run committed, then died before storing its watermark)
+       becomes the changes from ``c + 1``: the snapshot's rows are in already.
+
+    A watermark above ``latest`` or written for another table id (dropped and recreated, or
+    replaced) raises :class:`WatermarkError`, unless ``reset_if_ahead`` drops it (step 2).
+    """
+    validate_initial(initial, table_uri)
+    watermark = _watermark_in_force(stored, table_id, latest=latest, table_uri=table_uri,
+                                    reset_if_ahead=reset_if_ahead)
+    if watermark is not None:
+        return LoadStart("changes", watermark + 1)
+    if initial == "snapshot":
+        return continue_after_sink(LoadStart("snapshot", latest),
+                                   sink_version() if sink_version else None)
+    if initial == "latest":
+        return LoadStart("changes", (latest_for_initial or int)(latest) + 1)
+    return LoadStart("changes", 0 if initial == "earliest" else initial)
+
+
+def continue_after_sink(start: LoadStart, sink_version: int | None) -> LoadStart:
+    """A snapshot whose rows the sink holds already (txn ``sink_version``) goes on with changes."""
+    if start.mode == "snapshot" and sink_version is not None:
+        log.info("The sink holds the source up to version %d already; loading the changes "
+                 "after it instead of a new snapshot", sink_version)
+        return LoadStart("changes", sink_version + 1)
+    return start
+
+
+def _watermark_in_force(
+    stored: Watermark | None, table_id: str | None, *, latest: int, table_uri: str,
+    reset_if_ahead: bool,
+) -> int | None:
+    """The stored version, unless it belongs to another table or lies above ``latest``."""
+    version = watermark_for_table(stored, table_id, table_uri=table_uri,
+                                  reset_if_ahead=reset_if_ahead)
+    if version is None or version <= latest:
+        return version
+    if not reset_if_ahead:
+        raise WatermarkError(
+            f"{table_uri}: the watermark says version {version} was processed, but the "
+            f"table's latest version is {latest}; the table was probably recreated or "
+            "replaced. Reset the watermark (delete it, or set reset_if_ahead=True to restart "
+            "with the `initial` setting) after checking the table.",
+            table_uri=table_uri,
+            version=version,
+        )
+    log.warning("%s: watermark %d is above latest version %d; resetting it as asked",
+                table_uri, version, latest)
+    return None
 
 
 def watermark_for_table(
@@ -316,48 +452,3 @@ def watermark_for_table(
         table_uri, stored.version, stored.table_id, table_id,
     )
     return None
-
-
-def resolve_start_version(
-    store_value: int | None,
-    *,
-    initial: Initial,
-    latest: int,
-    table_uri: str,
-    reset_if_ahead: bool = False,
-) -> int:
-    """The first version still to process, given the stored watermark and the latest version.
-
-    With a watermark ``w`` this is ``w + 1``. Without one, ``initial`` decides, as Delta's
-    streaming ``startingVersion`` does: ``"latest"`` starts after the current version (the
-    current snapshot counts as done; only later commits are new), ``"earliest"`` starts at
-    version 0, an int starts at that version.
-
-    A watermark above ``latest`` means the table was recreated or replaced (or the watermark
-    belongs to another table): that raises :class:`WatermarkError`, unless ``reset_if_ahead``
-    asks to drop the watermark and apply ``initial`` instead. A recreated table that has grown
-    past the watermark is caught by :func:`watermark_for_table` before this.
-    """
-    validate_initial(initial, table_uri)
-    if store_value is not None and store_value > latest:
-        if not reset_if_ahead:
-            raise WatermarkError(
-                f"{table_uri}: the watermark says version {store_value} was processed, but the "
-                f"table's latest version is {latest}; the table was probably recreated or "
-                "replaced. Reset the watermark (delete it, or set reset_if_ahead=True to restart "
-                "with the `initial` setting) after checking the table.",
-                table_uri=table_uri,
-                version=store_value,
-            )
-        log.warning(
-            "%s: watermark %d is above latest version %d; resetting it as asked (initial=%r)",
-            table_uri, store_value, latest, initial,
-        )
-        store_value = None
-    if store_value is not None:
-        return store_value + 1
-    if initial == "latest":
-        return latest + 1
-    if initial == "earliest":
-        return 0
-    return initial

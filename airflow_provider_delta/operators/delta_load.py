@@ -55,12 +55,14 @@ from airflow_provider_delta.operators import parameters
 from airflow_provider_delta.spark.reader import check_files_exist
 from airflow_provider_delta.watermarks import (
     Initial,
+    LoadStart,
+    Watermark,
     WatermarkStore,
+    continue_after_sink,
     make_watermark_store,
-    resolve_start_version,
+    resolve_load_start,
     validate_initial,
     validate_store_kind,
-    watermark_for_table,
 )
 
 if TYPE_CHECKING:
@@ -343,9 +345,14 @@ class DeltaIncrementalOperator(_DeltaSparkJobOperator):
     (a :class:`~airflow_provider_delta.sensors.DeltaVersionSensor`), or the watermark store
     (``watermark + 1 .. latest``; the watermark also records the source's table id, and a
     table dropped and recreated since fails unless ``reset_if_ahead``). Without a watermark,
-    ``initial="snapshot"`` (the default) loads the current snapshot and records its version;
-    ``"latest"``, ``"earliest"`` or a version number start an incremental read as the sensor's
-    ``initial`` does.
+    ``initial="snapshot"`` (the default) loads the current snapshot and records its version
+    -- unless the sink already holds this task's txn (a first run that committed, then died
+    before its watermark): then it loads the changes after the txn's version; ``"latest"``,
+    ``"earliest"`` or a version number start an incremental read. The sensor, the trigger and
+    this operator share one policy for this
+    (:func:`~airflow_provider_delta.watermarks.resolve_load_start`); a sensor's
+    ``mode="snapshot"`` range is loaded as that snapshot. Mapped, each task instance keeps
+    its own XCom watermark and reads the sensor's XCom of its own map index.
 
     Rows go through ``transform`` (``"module:function"`` called as ``f(spark, df, context)``)
     or ``sql`` (over the temp view ``changes``), then into the sink: ``"delta"`` appends to the
@@ -366,7 +373,8 @@ class DeltaIncrementalOperator(_DeltaSparkJobOperator):
     :param initial: where to start without a watermark (see above).
     :param reset_if_ahead: a watermark above the latest version, or written for another table
         id (the table was dropped and recreated, or replaced, at the same path), restarts with
-        ``initial`` instead of failing with :class:`~airflow_provider_delta.errors.WatermarkError`.
+        ``initial`` instead of failing with :class:`~airflow_provider_delta.errors.WatermarkError`;
+        it is also the explicit reset that lets this task move a watermark back.
     :param move_watermark: whether this run moves the watermark; default: yes, except for an
         explicit range.
     :param ignore_deletes: as Delta's streaming option of the same name (also
@@ -404,7 +412,7 @@ class DeltaIncrementalOperator(_DeltaSparkJobOperator):
         watermark_store: str = "xcom",
         watermark_key: str = "delta_watermark",
         watermark_asset: Asset | str | None = None,
-        initial: Initial | str = "snapshot",
+        initial: Initial = "snapshot",
         reset_if_ahead: bool = False,
         move_watermark: bool | None = None,
         ignore_deletes: bool = False,
@@ -427,7 +435,7 @@ class DeltaIncrementalOperator(_DeltaSparkJobOperator):
         self.watermark_store = watermark_store
         self.watermark_key = watermark_key
         self.watermark_asset = watermark_asset
-        self.initial = initial if initial == "snapshot" else validate_initial(initial, table_uri)
+        self.initial = validate_initial(initial, table_uri)
         self.reset_if_ahead = reset_if_ahead
         self.move_watermark = move_watermark
         self.ignore_deletes = ignore_deletes
@@ -475,7 +483,8 @@ class DeltaIncrementalOperator(_DeltaSparkJobOperator):
     def advance_watermark(self, context: Context, version: int) -> None:
         """Record ``version`` as fully processed; called only after the sink committed."""
         # The id at `version` itself: the head may already belong to a table recreated since.
-        self.store.write(context, version, table_id=self.probe.table_id_at(version))
+        self.store.write(context, version, table_id=self.probe.table_id_at(version),
+                         reset=self.reset_if_ahead)
 
     def resolve_request(self, context: Context) -> LoadRequest | None:
         """The range to load (None: nothing new), from explicit versions, sensor or watermark."""
@@ -493,11 +502,11 @@ class DeltaIncrementalOperator(_DeltaSparkJobOperator):
             moves = bool(self.move_watermark)
             return LoadRequest("changes", start, end, moves)
         moves = self.move_watermark is not False
-        if self.sensor_task_id:
-            found = context["ti"].xcom_pull(task_ids=self.sensor_task_id)
-            if found:
-                return LoadRequest("changes", int(found["start_version"]),
-                                   int(found["end_version"]), moves)
+        found = self._sensor_range(context)
+        if found:
+            start = LoadStart(found.get("mode", "changes"), int(found["start_version"]))
+            return _request(continue_after_sink(start, self._sink_version()),
+                            int(found["end_version"]), moves)
         return self._from_watermark(context, moves)
 
     def explicit_range(self) -> tuple[int | None, int | None]:
@@ -508,26 +517,33 @@ class DeltaIncrementalOperator(_DeltaSparkJobOperator):
         parameters.ordered_range(start, end, **where)
         return start, end
 
+    def _sensor_range(self, context: Context) -> dict[str, Any] | None:
+        """The range the sensor found in this run (of the same map index, for mapped tasks)."""
+        if not self.sensor_task_id:
+            return None
+        ti = context["ti"]
+        return ti.xcom_pull(task_ids=self.sensor_task_id, map_indexes=ti.map_index)
+
     def _from_watermark(self, context: Context, moves: bool) -> LoadRequest | None:
         stored = self.store.read_watermark(context)
         latest = self.probe.latest(since=None if stored is None else stored.version)
-        watermark = watermark_for_table(
-            stored, self.probe.table_id, table_uri=self.table_uri,
-            reset_if_ahead=self.reset_if_ahead,
+        start = resolve_load_start(
+            stored, table_id=self.probe.table_id, latest=latest, initial=self.initial,
+            table_uri=self.table_uri, reset_if_ahead=self.reset_if_ahead,
+            sink_version=self._sink_version,
         )
-        if watermark is None and self.initial == "snapshot":
-            return LoadRequest("snapshot", latest, latest, moves)
-        start = resolve_start_version(
-            watermark, initial="latest" if self.initial == "snapshot" else self.initial,
-            latest=latest, table_uri=self.table_uri, reset_if_ahead=self.reset_if_ahead,
-        )
-        if start <= latest:
-            return LoadRequest("changes", start, latest, moves)
-        if watermark is None and moves:
-            # initial="latest": the current version counts as done; record it, or every later
-            # run would start after *its* latest version and never load anything.
+        if start.mode == "snapshot" or start.version <= latest:
+            return _request(start, latest, moves)
+        if start.version == latest + 1 and moves and stored != Watermark(latest,
+                                                                          self.probe.table_id):
+            # Caught up without a watermark (initial="latest", or the sink's txn): record it, or
+            # every later run would start after *its* latest version and never load anything.
             self.advance_watermark(context, latest)
         return None
+
+    def _sink_version(self) -> int | None:
+        """The last source version the sink holds for this task (its txn), if any."""
+        return make_sink(self.sink_spec()).committed_version()
 
     def _latest(self) -> int:
         return core.latest_version(self.table_uri, storage_options=self.source_storage_options)
@@ -582,6 +598,13 @@ class DeltaTimeTravelOperator(_DeltaSparkJobOperator):
                 f"and timestamp={self.timestamp!r} are both given or both unset",
                 f"give exactly one of version and timestamp for {self.table_uri}")
         return version, parameters.past_timestamp(self.timestamp, **where) if given else None
+
+
+def _request(start: LoadStart, end_version: int, moves: bool) -> LoadRequest:
+    """The request of a load that starts at ``start`` and reads up to ``end_version``."""
+    if start.mode == "snapshot":
+        return LoadRequest("snapshot", start.version, start.version, moves)
+    return LoadRequest("changes", start.version, end_version, moves)
 
 
 def _package_zip(folder: str) -> str:

@@ -16,12 +16,12 @@ from airflow_provider_delta.hooks.versions import VersionProbe, VersionRange
 from airflow_provider_delta.triggers.delta_version import DeltaVersionTrigger
 from airflow_provider_delta.watermarks import (
     Initial,
+    LoadStart,
     WatermarkStore,
     make_watermark_store,
-    resolve_start_version,
+    resolve_load_start,
     validate_initial,
     validate_store_kind,
-    watermark_for_table,
 )
 
 if TYPE_CHECKING:
@@ -35,14 +35,18 @@ class DeltaVersionSensor(BaseSensorOperator):
     lists ``_delta_log`` from there on -- one listing; only the first poke of a task run also
     replays the head's protocol and metadata, and fails if the table id differs from the one
     the watermark was written for (see ``reset_if_ahead``). On success the XCom return value
-    is ``{"table_uri", "start_version", "end_version", "latest_commit_timestamp"}`` with
-    ``start_version = watermark + 1`` and ``end_version`` the latest version at that poke; the
-    load task processes that range and then writes ``end_version`` as the new watermark.
+    is ``{"table_uri", "start_version", "end_version", "latest_commit_timestamp", "mode"}``
+    with ``mode="changes"``, ``start_version = watermark + 1`` and ``end_version`` the latest
+    version at that poke; the load task processes that range and then writes ``end_version``
+    as the new watermark.
 
-    Without a watermark, ``initial`` decides: ``"latest"`` (the default, as Delta's streaming
-    ``startingVersion=latest``) waits for commits after the version that was latest when the
-    sensor first poked (in reschedule mode: the latest version at the first poke's time, so
-    pokes stay stateless); ``"earliest"`` starts at version 0; an int starts at that version.
+    Without a watermark, ``initial`` decides, by the same policy as the operator's
+    (:func:`~airflow_provider_delta.watermarks.resolve_load_start`): ``"snapshot"`` (the
+    default, as Delta's streaming source) succeeds at once with ``mode="snapshot"`` and
+    ``start_version = end_version`` = the latest version, the snapshot to load; ``"latest"``
+    (Delta's ``startingVersion=latest``) waits for commits after the version that was latest
+    when the sensor first poked (in reschedule mode: the latest version at the first poke's
+    time, so pokes stay stateless); ``"earliest"`` starts at version 0; an int starts there.
 
     :param table_uri: the table (templated): a local path, ``file://``, ``s3://``, ``az://``,
         ``gs://`` URI.
@@ -73,7 +77,7 @@ class DeltaVersionSensor(BaseSensorOperator):
         watermark_key: str = "delta_watermark",
         watermark_task_id: str | None = None,
         watermark_asset: Asset | str | None = None,
-        initial: Initial = "latest",
+        initial: Initial = "snapshot",
         reset_if_ahead: bool = False,
         min_new_versions: int = 1,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
@@ -124,14 +128,14 @@ class DeltaVersionSensor(BaseSensorOperator):
                 raise
             self.log.warning("%s; will poke again", err)
             return False
-        return PokeReturnValue(is_done=True, xcom_value=dict(found)) if found else False
+        return PokeReturnValue(is_done=True, xcom_value=found) if found else False
 
     def execute(self, context: Context) -> Any:
         if not self.deferrable:
             return super().execute(context)
         start_version, found = self._find_new_versions(context)
         if found:
-            return dict(found)
+            return found
         self._defer(start_version)
 
     def _defer(self, start_version: int) -> None:
@@ -149,17 +153,18 @@ class DeltaVersionSensor(BaseSensorOperator):
             timeout=timedelta(seconds=self.timeout),
         )
 
-    def execute_complete(self, context: Context, event: dict[str, Any]) -> VersionRange:
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """Turn the trigger's event into the sensor's result, or its error."""
         status = event.get("status")
         if status == "success":
             self.log.info("New versions %s..%s", event["start_version"], event["end_version"])
-            return VersionRange(
+            found = VersionRange(
                 table_uri=event["table_uri"],
                 start_version=event["start_version"],
                 end_version=event["end_version"],
                 latest_commit_timestamp=event["latest_commit_timestamp"],
             )
+            return {**found, "mode": "changes"}
         if status == "timeout":
             raise AirflowSensorTimeout(event["message"])
         raise DeltaProviderError(
@@ -167,27 +172,26 @@ class DeltaVersionSensor(BaseSensorOperator):
             table_uri=self.table_uri,
         )
 
-    def _find_new_versions(self, context: Context) -> tuple[int, VersionRange | None]:
-        """The first version to wait for, and the new range if there is one already."""
+    def _find_new_versions(self, context: Context) -> tuple[int, dict[str, Any] | None]:
+        """The first version to wait for, and what to load if there is something already:
+        the sensor's XCom, ``VersionRange`` plus ``mode`` (``"snapshot"`` or ``"changes"``)."""
         stored = self.store.read_watermark(context)
         latest = self.probe.latest(since=None if stored is None else stored.version)
         # The probe's first listing replayed the head, so its table id is known here.
-        watermark = watermark_for_table(
-            stored, self.probe.table_id, table_uri=self.table_uri,
-            reset_if_ahead=self.reset_if_ahead,
-        )
-        start_version = self._start_version(context, watermark, latest)
-        return start_version, self.probe.new_range(start_version, latest, self.min_new_versions)
-
-    def _start_version(self, context: Context, watermark: int | None, latest: int) -> int:
-        if watermark is None and self.initial == "latest":
+        start = resolve_load_start(
+            stored, table_id=self.probe.table_id, latest=latest, initial=self.initial,
+            table_uri=self.table_uri, reset_if_ahead=self.reset_if_ahead,
             # "latest" must mean the same version on every poke, or the sensor would chase
             # the head of the table forever.
-            latest = self._latest_when_waiting_began(context, latest)
-        return resolve_start_version(
-            watermark, initial=self.initial, latest=latest, table_uri=self.table_uri,
-            reset_if_ahead=self.reset_if_ahead,
+            latest_for_initial=lambda latest_now: self._latest_when_waiting_began(context,
+                                                                                 latest_now),
         )
+        if start.mode == "snapshot":
+            self.log.info("No watermark yet; initial='snapshot': the snapshot at version %d "
+                          "is there to load", start.version)
+            return start.version, _found(self.probe.new_range(start.version, start.version), start)
+        found = self.probe.new_range(start.version, latest, self.min_new_versions)
+        return start.version, found and _found(found, start)
 
     def _latest_when_waiting_began(self, context: Context, latest_now: int) -> int:
         if self._latest_at_first_poke is None:
@@ -223,3 +227,8 @@ class DeltaVersionSensor(BaseSensorOperator):
     def probe(self) -> VersionProbe:
         """The table's log, opened once and reused by every poke of this task run."""
         return VersionProbe(self.table_uri, self.storage_options)
+
+
+def _found(found: VersionRange, start: LoadStart) -> dict[str, Any]:
+    """The sensor's XCom: the range, and whether it is a snapshot or the changes in it."""
+    return {**found, "mode": start.mode}

@@ -29,9 +29,16 @@ from typing import Any
 
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
-from airflow_provider_delta.errors import DeltaProviderError, WatermarkError
+from airflow_provider_delta.errors import DeltaProviderError
 from airflow_provider_delta.hooks.versions import VersionProbe, VersionRange
-from airflow_provider_delta.watermarks import Initial, resolve_start_version, validate_initial
+from airflow_provider_delta.watermarks import (
+    Initial,
+    LoadStart,
+    encode_watermark,
+    parse_watermark,
+    resolve_load_start,
+    validate_initial,
+)
 
 WATCHER_STATE_KEY = "delta_announced_version"
 
@@ -42,8 +49,9 @@ class DeltaVersionTrigger(BaseEventTrigger):
     :param table_uri: the table (local path, ``file://``, ``s3://``, ...).
     :param start_version: first version to wait for; ``None`` lets the watermark and
         ``initial`` decide (watchers).
-    :param initial: ``"latest"``, ``"earliest"`` or a version; applies when there is no
-        watermark (see :func:`~airflow_provider_delta.watermarks.resolve_start_version`).
+    :param initial: ``"snapshot"``, ``"latest"``, ``"earliest"`` or a version; applies when
+        there is no watermark (see :func:`~airflow_provider_delta.watermarks.resolve_load_start`).
+        A watcher's ``"snapshot"`` announces the current snapshot first (``mode="snapshot"``).
     :param min_new_versions: how many new versions make an event.
     :param poll_interval: seconds between listings.
     :param delta_conn_id: ``delta`` connection with the storage options, if any.
@@ -58,7 +66,7 @@ class DeltaVersionTrigger(BaseEventTrigger):
         *,
         table_uri: str,
         start_version: int | None = None,
-        initial: Initial = "latest",
+        initial: Initial = "snapshot",
         min_new_versions: int = 1,
         poll_interval: float = 60.0,
         delta_conn_id: str | None = None,
@@ -103,27 +111,39 @@ class DeltaVersionTrigger(BaseEventTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         try:
             probe = VersionProbe(self.table_uri, await self._storage_options())
-            start_version = self.start_version
-            if start_version is None:
-                start_version = await self._retrying(self._start_from_watermark, probe)
+            start = LoadStart("changes", self.start_version)
+            if self.start_version is None:
+                start = await self._retrying(self._start_from_watermark, probe)
+            if start.mode == "snapshot":  # a watcher's first event: the snapshot to load
+                snapshot = await asyncio.to_thread(probe.new_range, start.version, start.version)
+                async for event in self._announce(snapshot, start.mode, probe):
+                    yield event
+                start = LoadStart("changes", start.version + 1)
         except DeltaProviderError as err:
             if not self.fire_once:
                 raise
             yield self._error_event(err)
             return
-        async for found in self._new_ranges(start_version, probe):
+        async for found in self._new_ranges(start.version, probe):
             if isinstance(found, DeltaProviderError):
                 yield self._error_event(found)
                 return
             if found is None:
                 yield TriggerEvent({"status": "timeout", "table_uri": self.table_uri,
-                                    "message": self._timeout_message(start_version)})
+                                    "message": self._timeout_message(start.version)})
                 return
-            yield TriggerEvent({"status": "success", **found})
+            async for event in self._announce(found, "changes", probe):
+                yield event
             if self.fire_once:
                 return
-            await self._store_watermark(found["end_version"])
-            start_version = found["end_version"] + 1
+
+    async def _announce(self, found: VersionRange, mode: str, probe: VersionProbe
+                        ) -> AsyncIterator[TriggerEvent]:
+        """The event of ``found``; then a watcher's watermark moves to its end (at least once)."""
+        yield TriggerEvent({"status": "success", **found, "mode": mode})
+        if not self.fire_once and self.asset_state_store is not None:
+            await self.asset_state_store.aset(
+                self.state_key, encode_watermark(found["end_version"], probe.table_id))
 
     async def _new_ranges(
         self, start_version: int, probe: VersionProbe
@@ -152,7 +172,8 @@ class DeltaVersionTrigger(BaseEventTrigger):
                 continue
             await asyncio.sleep(self._next_wait(failures))
 
-    async def _retrying(self, step: Callable[[VersionProbe], Awaitable[int]], probe: VersionProbe) -> int:
+    async def _retrying(self, step: Callable[[VersionProbe], Awaitable[LoadStart]],
+                        probe: VersionProbe) -> LoadStart:
         """``step(probe)``, retried with backoff while it fails with transient errors."""
         failures = 0
         while True:
@@ -182,27 +203,19 @@ class DeltaVersionTrigger(BaseEventTrigger):
 
         return await DeltaHook(self.delta_conn_id).aget_storage_options()
 
-    async def _start_from_watermark(self, probe: VersionProbe) -> int:
-        """A watcher's first version: after its stored watermark, else as ``initial`` says."""
-        watermark = None
+    async def _start_from_watermark(self, probe: VersionProbe) -> LoadStart:
+        """A watcher's start: after its stored watermark, else as ``initial`` says."""
+        stored = None
         if self.asset_state_store is not None:
-            watermark = await self.asset_state_store.aget(self.state_key)
-            if watermark is not None and (isinstance(watermark, bool) or not isinstance(watermark, int)):
-                raise WatermarkError(
-                    f"{self.table_uri}: asset state {self.state_key!r} holds {watermark!r}, not a "
-                    "version; clear the asset's state to start over.",
-                    table_uri=self.table_uri,
-                )
-        latest = await asyncio.to_thread(probe.latest, watermark)
-        start = resolve_start_version(
-            watermark, initial=self.initial, latest=latest, table_uri=self.table_uri
-        )
-        self.log.info("%s: watching from version %d (watermark %s)", self.table_uri, start, watermark)
+            stored = parse_watermark(await self.asset_state_store.aget(self.state_key),
+                                     table_uri=self.table_uri,
+                                     where=f"asset state {self.state_key!r}")
+        latest = await asyncio.to_thread(probe.latest, None if stored is None else stored.version)
+        start = resolve_load_start(stored, table_id=probe.table_id, latest=latest,
+                                   initial=self.initial, table_uri=self.table_uri)
+        self.log.info("%s: watching from version %d, %s (watermark %s)", self.table_uri,
+                      start.version, start.mode, stored)
         return start
-
-    async def _store_watermark(self, end_version: int) -> None:
-        if self.asset_state_store is not None:
-            await self.asset_state_store.aset(self.state_key, end_version)
 
     def _error_event(self, err: DeltaProviderError) -> TriggerEvent:
         return TriggerEvent({"status": "error", "table_uri": self.table_uri, "message": str(err)})

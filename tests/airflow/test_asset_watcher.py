@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from airflow.sdk import DAG, Asset, AssetWatcher, task
+from deltalake import DeltaTable
 
 from airflow_provider_delta.core import commit_timestamp
 from airflow_provider_delta.triggers import DeltaVersionTrigger
@@ -124,4 +126,6 @@ def test_a_new_commit_makes_exactly_one_asset_event(register_dag, growing_table,
     assert (payload["start_version"], payload["end_version"]) == (2, 2)
     assert payload["table_uri"] == table.uri and payload["status"] == "success"
     assert payload["latest_commit_timestamp"] == commit_timestamp(table.uri, 2)
-    assert int(asset_state("delta_orders", WATCHER_STATE_KEY)) == 2
+    # The watermark format of every store: the version and the table it belongs to.
+    assert json.loads(asset_state("delta_orders", WATCHER_STATE_KEY)) == {
+        "version": 2, "table_id": DeltaTable(table.uri).metadata().id}

@@ -63,7 +63,8 @@ def test_variable_watermark_carries_across_runs_and_tables(run_dag, growing_tabl
     assert ranges_of(run_dag(users_dag)) == (0, 3)
     orders.append()
     assert ranges_of(run_dag(orders_dag)) == (2, 2)
-    assert Variable.get(WATERMARK_KEY, deserialize_json=True) == {orders.uri: 2, users.uri: 3}
+    assert Variable.get(f"{WATERMARK_KEY}:{orders.uri}", deserialize_json=True) == 2
+    assert Variable.get(f"{WATERMARK_KEY}:{users.uri}", deserialize_json=True) == 3
 
 
 def test_asset_state_watermark_carries_across_runs(run_dag, growing_table, ranges_of):
@@ -88,7 +89,7 @@ def test_watermark_records_the_table_id(run_dag, growing_table, ranges_of, xcom_
     assert ranges_of(first) == ((1, 1) if store == "variable" else (0, 1))
     stored = {"version": 1, "table_id": table_id}
     if store == "variable":
-        assert Variable.get(WATERMARK_KEY, deserialize_json=True) == {table.uri: stored}
+        assert Variable.get(f"{WATERMARK_KEY}:{table.uri}", deserialize_json=True) == stored
     else:
         assert xcom_value(first, "load", WATERMARK_KEY) == stored
     table.append()

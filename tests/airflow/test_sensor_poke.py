@@ -69,6 +69,25 @@ def test_initial_latest_waits_for_the_next_commit_and_stays_put(growing_table):
     assert (found["start_version"], found["end_version"]) == (3, 4)
 
 
+def test_without_a_watermark_the_default_is_the_snapshot_at_once(growing_table):
+    """As the operator's default: rows that exist before the first run are loaded too."""
+    table = growing_table(3)
+    found = sensor_on(table.uri, min_new_versions=5).poke({}).xcom_value
+    assert (found["mode"], found["start_version"], found["end_version"]) == ("snapshot", 2, 2)
+    found = sensor_on(table.uri, watermark=0).poke({}).xcom_value
+    assert (found["mode"], found["start_version"], found["end_version"]) == ("changes", 1, 2)
+
+
+def test_reset_watermark_with_initial_latest_stays_put(growing_table):
+    """A watermark above latest, reset: "latest" is the version of the first poke, not of now."""
+    table = growing_table(3)
+    sensor = sensor_on(table.uri, watermark=7, initial="latest", reset_if_ahead=True)
+    assert sensor.poke({}) is False
+    table.append(2)
+    found = sensor.poke({}).xcom_value
+    assert (found["start_version"], found["end_version"]) == (3, 4)
+
+
 def test_initial_earliest_and_explicit(growing_table):
     table = growing_table(3)
     assert sensor_on(table.uri, initial="earliest").poke({}).xcom_value["start_version"] == 0
@@ -133,7 +152,8 @@ def test_execute_complete_events():
     sensor = sensor_on("/t")
     success = {"status": "success", "table_uri": "/t", "start_version": 3, "end_version": 5,
                "latest_commit_timestamp": 1700000000000}
-    assert sensor.execute_complete({}, success) == {k: v for k, v in success.items() if k != "status"}
+    expected = {**{k: v for k, v in success.items() if k != "status"}, "mode": "changes"}
+    assert sensor.execute_complete({}, success) == expected
     with pytest.raises(AirflowSensorTimeout, match="before the sensor's timeout"):
         sensor.execute_complete({}, {"status": "timeout", "message": "/t: no 1 new version(s) from "
                                      "version 3 before the sensor's timeout."})

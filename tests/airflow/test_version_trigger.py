@@ -9,6 +9,7 @@ import pytest
 
 from airflow_provider_delta.core import commit_timestamp
 from airflow_provider_delta.triggers import DeltaVersionTrigger
+from airflow_provider_delta.watermarks import LoadStart
 
 
 def first_event(trigger: DeltaVersionTrigger, *, commit_later=None, after: float = 0.3):
@@ -40,7 +41,7 @@ def test_fires_at_once_when_versions_are_already_there(growing_table):
     payload = first_event(DeltaVersionTrigger(table_uri=table.uri, start_version=1, fire_once=True))
     assert payload == {
         "status": "success", "table_uri": table.uri, "start_version": 1, "end_version": 2,
-        "latest_commit_timestamp": commit_timestamp(table.uri, 2),
+        "latest_commit_timestamp": commit_timestamp(table.uri, 2), "mode": "changes",
     }
 
 
@@ -89,7 +90,7 @@ def test_folder_without_delta_log_ends_with_an_error_event(tmp_path):
 def test_watcher_fires_once_per_new_range(growing_table):
     """An edge per range: nothing while idle, then one event per new range."""
     table = growing_table(2)  # versions 0..1 exist before watching: "latest" skips them
-    trigger = DeltaVersionTrigger(table_uri=table.uri, poll_interval=0.05)
+    trigger = DeltaVersionTrigger(table_uri=table.uri, initial="latest", poll_interval=0.05)
 
     async def scenario():
         events = trigger.run()
@@ -109,6 +110,24 @@ def test_watcher_fires_once_per_new_range(growing_table):
     first, second = asyncio.run(scenario())
     assert (first["start_version"], first["end_version"]) == (2, 2)
     assert (second["start_version"], second["end_version"]) == (3, 3)
+
+
+def test_watcher_announces_the_snapshot_first_by_default(growing_table):
+    """The start policy of the sensor and the operator: without a watermark, the snapshot."""
+    table = growing_table(2)
+    trigger = DeltaVersionTrigger(table_uri=table.uri, poll_interval=0.05)
+
+    async def scenario():
+        events = trigger.run()
+        snapshot = (await asyncio.wait_for(anext(events), 30)).payload
+        await asyncio.to_thread(table.append)
+        changes = (await asyncio.wait_for(anext(events), 30)).payload
+        await events.aclose()
+        return snapshot, changes
+
+    snapshot, changes = asyncio.run(scenario())
+    assert (snapshot["mode"], snapshot["start_version"], snapshot["end_version"]) == ("snapshot", 1, 1)
+    assert (changes["mode"], changes["start_version"], changes["end_version"]) == ("changes", 2, 2)
 
 
 def test_watcher_raises_on_permanent_errors(tmp_path):
@@ -144,7 +163,7 @@ def test_start_up_retries_transient_errors_and_gives_up_on_permanent_ones():
     from airflow_provider_delta.errors import TableNotFoundError, TransientStorageError
 
     trigger = DeltaVersionTrigger(table_uri="s3://b/t", poll_interval=0.01)
-    outcomes = [TransientStorageError("s3://b/t", "503 Slow Down"), 7]
+    outcomes = [TransientStorageError("s3://b/t", "503 Slow Down"), LoadStart("changes", 7)]
 
     async def flaky_step(probe):
         outcome = outcomes.pop(0)
@@ -152,7 +171,8 @@ def test_start_up_retries_transient_errors_and_gives_up_on_permanent_ones():
             raise outcome
         return outcome
 
-    assert asyncio.run(trigger._retrying(flaky_step, None)) == 7 and outcomes == []
+    assert asyncio.run(trigger._retrying(flaky_step, None)) == LoadStart("changes", 7)
+    assert outcomes == []
 
     async def missing_table(probe):
         raise TableNotFoundError("s3://b/t")

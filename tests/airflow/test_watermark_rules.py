@@ -1,4 +1,4 @@
-"""resolve_start_version and the store factory: the rules, without a metadata DB."""
+"""The start-version policy and the store factory: the rules, without a metadata DB."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from airflow_provider_delta.watermarks import (
     VariableWatermarkStore,
     Watermark,
     XComWatermarkStore,
+    LoadStart,
     make_watermark_store,
-    resolve_start_version,
+    resolve_load_start,
     validate_initial,
     watermark_for_table,
 )
@@ -21,24 +22,54 @@ from airflow_provider_delta.watermarks import (
 URI = "s3://bucket/orders"
 
 
+def start(watermark=None, **kwargs):
+    """The policy for a table with id "t1" at version 9, unless told otherwise."""
+    stored = None if watermark is None else Watermark(watermark, "t1")
+    return resolve_load_start(stored, **{"table_id": "t1", "latest": 9, "initial": "snapshot",
+                                         "table_uri": URI, **kwargs})
+
+
 @pytest.mark.parametrize(
-    ("watermark", "initial", "latest", "expected"),
+    ("watermark", "initial", "expected"),
     [
-        (4, "latest", 9, 5),  # a watermark wins over `initial`
-        (9, "earliest", 9, 10),  # fully caught up: the next version to wait for
-        (None, "latest", 9, 10),  # the current snapshot counts as done
-        (None, "earliest", 9, 0),
-        (None, 3, 9, 3),
-        (None, 12, 9, 12),  # an explicit start beyond the head waits for it
+        (4, "latest", LoadStart("changes", 5)),  # a watermark wins over `initial`
+        (4, "snapshot", LoadStart("changes", 5)),
+        (9, "earliest", LoadStart("changes", 10)),  # caught up: the next version to wait for
+        (None, "snapshot", LoadStart("snapshot", 9)),  # Delta's default: snapshot, then changes
+        (None, "latest", LoadStart("changes", 10)),  # the current snapshot counts as done
+        (None, "earliest", LoadStart("changes", 0)),
+        (None, 3, LoadStart("changes", 3)),
+        (None, 12, LoadStart("changes", 12)),  # an explicit start beyond the head waits for it
     ],
 )
-def test_start_version_rules(watermark, initial, latest, expected):
-    assert resolve_start_version(watermark, initial=initial, latest=latest, table_uri=URI) == expected
+def test_start_version_rules(watermark, initial, expected):
+    assert start(watermark, initial=initial) == expected
+
+
+@pytest.mark.parametrize(("sink_version", "initial", "expected"), [
+    (6, "snapshot", LoadStart("changes", 7)),  # the snapshot at 6 was committed: go on after it
+    (9, "snapshot", LoadStart("changes", 10)),
+    (None, "snapshot", LoadStart("snapshot", 9)),
+    (6, "earliest", LoadStart("changes", 0)),  # changes: the sink skips its versions itself
+])
+def test_the_sinks_txn_replaces_a_second_snapshot(sink_version, initial, expected):
+    assert start(initial=initial, sink_version=lambda: sink_version) == expected
+
+
+def test_the_sinks_txn_is_not_asked_when_a_watermark_decides():
+    def unreachable():
+        raise AssertionError("the sink was asked")
+
+    assert start(4, sink_version=unreachable) == LoadStart("changes", 5)
+
+
+def test_initial_latest_uses_the_version_it_is_given():
+    assert start(initial="latest", latest_for_initial=lambda latest: 6) == LoadStart("changes", 7)
 
 
 def test_watermark_above_latest_names_table_versions_and_fix():
     with pytest.raises(WatermarkError) as caught:
-        resolve_start_version(12, initial="latest", latest=3, table_uri=URI)
+        start(12, latest=3)
     message = str(caught.value)
     assert URI in message and "12" in message and "3" in message
     assert "recreated" in message and "reset_if_ahead" in message
@@ -46,12 +77,21 @@ def test_watermark_above_latest_names_table_versions_and_fix():
 
 
 def test_reset_if_ahead_restarts_with_initial():
-    assert resolve_start_version(
-        12, initial="earliest", latest=3, table_uri=URI, reset_if_ahead=True
-    ) == 0
+    assert start(12, initial="earliest", latest=3, reset_if_ahead=True) == LoadStart("changes", 0)
+    # "latest" after a reset is the version the sensor began waiting at, not the head of now.
+    assert start(12, initial="latest", latest=3, reset_if_ahead=True,
+                 latest_for_initial=lambda latest: 2) == LoadStart("changes", 3)
 
 
-@pytest.mark.parametrize("bad", ["newest", -1, 1.5, True, None])
+def test_watermark_of_another_table_restarts_with_initial_on_reset():
+    stored = Watermark(4, "old-id")
+    with pytest.raises(WatermarkError, match="old-id"):
+        resolve_load_start(stored, table_id="t1", latest=9, initial="snapshot", table_uri=URI)
+    assert resolve_load_start(stored, table_id="t1", latest=9, initial="snapshot", table_uri=URI,
+                              reset_if_ahead=True) == LoadStart("snapshot", 9)
+
+
+@pytest.mark.parametrize("bad", ["newest", "Snapshot", -1, 1.5, True, None])
 def test_bad_initial_is_refused(bad):
     with pytest.raises(WatermarkError, match="initial="):
         validate_initial(bad, URI)

@@ -82,9 +82,15 @@ def recorded(table_uri: str, version: int) -> dict:
     return {"version": version, "table_id": DeltaTable(table_uri).metadata().id}
 
 
-def watermark(variable: str) -> dict | None:
-    """The JSON watermark Variable, None when there is none."""
+def watermark(key: str) -> dict | None:
+    """The watermarks stored under ``key`` (Variables ``<key>:<table_uri>``) as
+    ``{table_uri: watermark}``; None when there is none."""
     from airflow.models import Variable
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
 
-    text = Variable.get(variable, default_var=None)
-    return None if text is None else json.loads(text)
+    prefix = f"{key}:"
+    with create_session() as session:
+        rows = session.scalars(select(Variable).where(Variable.key.startswith(prefix)))
+        found = {row.key[len(prefix):]: json.loads(row.val) for row in rows}
+    return found or None

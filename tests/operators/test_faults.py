@@ -10,7 +10,15 @@ from deltalake import DeltaTable
 
 from airflow_provider_delta.operators import DeltaIncrementalOperator
 
-from .conftest import SPARK_CONF, delta_rows, driver_env, four_commit_source, recorded, watermark
+from .conftest import (
+    SPARK_CONF,
+    append_rows,
+    delta_rows,
+    driver_env,
+    four_commit_source,
+    recorded,
+    watermark,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -44,11 +52,12 @@ def _failing_write(context, version, table_id=None):
     raise Crash("the watermark store failed while writing")
 
 
-def _dag(conn_id, source, target, *, fault=None, transform="operators.transforms:add_batch_end"):
+def _dag(conn_id, source, target, *, fault=None, transform="operators.transforms:add_batch_end",
+         initial="earliest", watermark_key="wm_faults"):
     with DAG("faulty_load", schedule=None) as dag:
         FaultyLoad(
             task_id="load", table_uri=source, target=target, conn_id=conn_id, conf=SPARK_CONF,
-            watermark_store="variable", watermark_key="wm_faults", initial="earliest",
+            watermark_store="variable", watermark_key=watermark_key, initial=initial,
             max_files=1, transform=transform, env_vars=driver_env(), fault=fault,
         )
     return dag
@@ -89,6 +98,30 @@ def test_crash_at_each_step_then_rerun_loads_each_row_once(spark_local_conn, run
     assert xcom_value(run, "load")["batches"] == []
     assert watermark("wm_faults") == {source: recorded(source, 3)}
     assert delta_rows(target) == expected
+
+
+def test_first_snapshot_committed_then_crash_retry_loads_only_the_changes_after_it(
+    spark_local_conn, run_dag, xcom_value, task_states, tmp_path
+):
+    """initial="snapshot" commits the snapshot, dies before the watermark; the source moves on
+    by two commits: the retry continues after the sink's txn instead of a second snapshot."""
+    source, target = str(tmp_path / "source"), str(tmp_path / "target")
+    append_rows(source, [0, 1, 2])
+    append_rows(source, [3, 4])
+    crashed = run_dag(_dag(spark_local_conn, source, target, fault="after_commit",
+                           initial="snapshot", watermark_key="wm_first_crash", transform=None))
+    assert task_states(crashed) == {"load": "failed"}
+    assert delta_rows(target) == delta_rows(source) and watermark("wm_first_crash") is None
+
+    append_rows(source, [5, 6])
+    append_rows(source, [7])
+    retry = run_dag(_dag(spark_local_conn, source, target, initial="snapshot",
+                         watermark_key="wm_first_crash", transform=None))
+    assert task_states(retry) == {"load": "success"}
+    result = xcom_value(retry, "load")
+    assert (result["mode"], result["start_version"], result["end_version"]) == ("changes", 2, 3)
+    assert delta_rows(target) == delta_rows(source)
+    assert watermark("wm_first_crash") == {source: recorded(source, 3)}
 
 
 def _app_id(target):

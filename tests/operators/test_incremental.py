@@ -8,6 +8,7 @@ import pytest
 from airflow.sdk import DAG
 
 from airflow_provider_delta.operators import DeltaIncrementalOperator
+from airflow_provider_delta.sensors import DeltaVersionSensor
 
 from .conftest import SPARK_CONF, append_rows, delta_rows, driver_env, recorded, watermark
 
@@ -89,3 +90,34 @@ def test_initial_latest_records_the_current_version_without_loading(run_dag, xco
     assert xcom_value(run, "load")["batches"] == []
     assert watermark("wm_latest") == {source: recorded(source, 1)}
     assert not (tmp_path / "target").exists()
+
+
+def test_readme_sensor_and_operator_load_the_rows_from_before_the_first_run(
+    spark_local_conn, run_dag, xcom_value, task_states, tmp_path
+):
+    """The README's DAG, defaults kept: the sensor and the operator share one start policy."""
+    source, target = str(tmp_path / "source"), str(tmp_path / "target")
+    append_rows(source, [0, 1, 2])
+    append_rows(source, [3, 4])
+    with DAG("readme_sensor_load", schedule=None) as dag:
+        wait = DeltaVersionSensor(
+            task_id="wait", table_uri=source, watermark_store="variable",
+            watermark_key="wm_readme", deferrable=True, poke_interval=0.2, timeout=5,
+            soft_fail=True)
+        load = DeltaIncrementalOperator(
+            task_id="load", table_uri=source, sensor_task_id="wait",
+            watermark_store="variable", watermark_key="wm_readme", target=target,
+            conn_id=spark_local_conn, conf=SPARK_CONF)
+        wait >> load
+
+    first = run_dag(dag)
+    assert task_states(first) == {"wait": "success", "load": "success"}
+    assert xcom_value(first, "wait")["mode"] == "snapshot"
+    assert delta_rows(target) == delta_rows(source)
+    assert watermark("wm_readme") == {source: recorded(source, 1)}
+
+    append_rows(source, [5, 6])
+    second = run_dag(dag)
+    assert task_states(second) == {"wait": "success", "load": "success"}
+    assert (xcom_value(second, "load")["start_version"], xcom_value(second, "load")["end_version"]) == (2, 2)
+    assert delta_rows(target) == delta_rows(source)
