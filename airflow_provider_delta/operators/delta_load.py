@@ -86,6 +86,7 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
     """What both operators share: the sink, the transform, the spec, the submit, the result."""
 
     template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "table_uri", "sql")
+    _job_dir: str | None = None  # this try's job folder while its job runs
 
     def __init__(
         self,
@@ -292,12 +293,13 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
 
     def _remove_job_files(self, context: Context | None = None) -> None:
         """Delete this try's job folder (and the reconnected job's), and the scratch folder."""
-        if getattr(self, "_job_dir", None) is None:
+        if self._job_dir is None:
             return
-        folders = {self._job_dir, self._result_dir(context) if context else self._job_dir}
+        folders = {self._job_dir, self._scratch_dir}
+        if context is not None:
+            folders.add(self._result_dir(context))
         for folder in folders:
             remove_tree(folder)
-        remove_tree(self._scratch_dir)
         self._job_dir = None
 
     def on_kill(self) -> None:
