@@ -83,6 +83,20 @@ def noop_write(df_factory: Callable[[], DataFrame]) -> Callable[[], None]:
     return lambda: df_factory().write.format("noop").mode("overwrite").save()
 
 
+def local_spark() -> SparkSession:
+    """The benchmarks' SparkSession: local[2], UTC, quiet."""
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--commits", type=int, default=100)
@@ -93,15 +107,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
 
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "4")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = local_spark()
     tables = {}
     for partitioned in (False, True):
         path = tempfile.mkdtemp(prefix="bench-spark-reader-")

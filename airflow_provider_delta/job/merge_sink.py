@@ -15,14 +15,13 @@ columns do not match the target's.
 from __future__ import annotations
 
 import logging
-import operator
 from functools import reduce
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import write_deltalake
-from deltalake.transaction import CommitProperties, Transaction
+from deltalake.transaction import CommitProperties
 
 from airflow_provider_delta.errors import MergeInputError
 from airflow_provider_delta.job.sinks import DeltaAppendSink, SinkWrite
@@ -36,8 +35,9 @@ log = logging.getLogger(__name__)
 CHANGE_TYPE, COMMIT_VERSION, COMMIT_TIMESTAMP = "_change_type", "_commit_version", "_commit_timestamp"
 FEED_COLUMNS = (CHANGE_TYPE, COMMIT_VERSION, COMMIT_TIMESTAMP)
 # Inside one commit: old images first, new images last (the row's state after the commit).
-_ORDER_IN_COMMIT = {"update_preimage": 0, "delete": 1, "insert": 2, "update_postimage": 3}
-_NEW_IMAGES = ("insert", "update_postimage")
+_ORDER_IN_COMMIT = ("update_preimage", "delete", "insert", "update_postimage")
+_FIRST_NEW_IMAGE = _ORDER_IN_COMMIT.index("insert")
+_ORDER = "__delta_provider_order_in_commit"
 _OPERATION = "__delta_provider_merge_operation"
 _UPSERT, _DELETE = "upsert", "delete"
 
@@ -61,39 +61,43 @@ class DeltaMergeSink(DeltaAppendSink):
         super().check(df.drop(*FEED_COLUMNS))
 
     def write(self, df: DataFrame | None, start_version: int, end_version: int) -> SinkWrite:
-        from pyspark.sql import functions as F
-
-        self._refuse_bad_keys(df)
-        last = _last_change_per_key(df, self.keys)
-        operation = F.when(F.col(CHANGE_TYPE).isin(*_NEW_IMAGES), _UPSERT).otherwise(_DELETE)
-        changes = last.select(*[F.col(f"`{c}`") for c in _data_columns(df)],
-                              operation.alias(_OPERATION)).toArrow()
-        properties = CommitProperties(
-            app_transactions=[Transaction(self.spec.app_id, end_version)],
-            custom_metadata={"airflow_provider_delta.source_versions":
-                             f"{start_version}..{end_version}"},
-        )
-        self._merge(changes, properties)
+        changes = self._last_changes(df)
+        self._merge(changes, self.batch_commit_properties(start_version, end_version))
         log.info("merged %d key change(s) into %s with txn %s=%s", changes.num_rows, self.uri,
                  self.spec.app_id, end_version)
         return SinkWrite(rows=changes.num_rows, sink_version=self._table().version())
 
-    def _refuse_bad_keys(self, df: DataFrame) -> None:
-        from pyspark.sql import functions as F
+    def _last_changes(self, df: DataFrame) -> pa.Table:
+        """Each key's last change: data columns and the merge operation.
 
-        null_key = reduce(operator.or_, [F.col(f"`{k}`").isNull() for k in self.keys])
-        if df.where(null_key).limit(1).count():
+        The batch is collected once (the MERGE takes its source on the driver anyway) and
+        reduced with Arrow: a sort and a comparison with the previous row, no Spark shuffle.
+        """
+        rows = df.select(*[f"`{c}`" for c in _data_columns(df)], CHANGE_TYPE,
+                         COMMIT_VERSION).toArrow()
+        order = pc.index_in(rows[CHANGE_TYPE], value_set=pa.array(list(_ORDER_IN_COMMIT)))
+        rows = rows.append_column(_ORDER, order)
+        self._refuse_bad_keys(rows)
+        sort_keys = [*[(k, "ascending") for k in self.keys], (COMMIT_VERSION, "descending"),
+                     (_ORDER, "descending")]
+        latest_first = rows.take(pc.sort_indices(rows, sort_keys=sort_keys))
+        last = latest_first.filter(_first_of_each_key(latest_first, self.keys))
+        operation = pc.if_else(pc.greater_equal(last[_ORDER], _FIRST_NEW_IMAGE), _UPSERT, _DELETE)
+        return last.select(_data_columns(df)).append_column(_OPERATION, operation)
+
+    def _refuse_bad_keys(self, rows: pa.Table) -> None:
+        if any(rows[k].null_count for k in self.keys):
             raise MergeInputError(self.uri, f"some rows have a null in merge_keys {self.keys}; "
                                   "choose key columns that are never null")
-        duplicate = (df.where(F.col(CHANGE_TYPE).isin(*_NEW_IMAGES))
-                     .groupBy(*[F.col(f"`{k}`") for k in self.keys], F.col(COMMIT_VERSION))
-                     .count().where("count > 1").limit(1).collect())
-        if duplicate:
-            found = duplicate[0].asDict()
+        new_images = rows.filter(pc.greater_equal(rows[_ORDER], _FIRST_NEW_IMAGE))
+        counts = new_images.group_by([*self.keys, COMMIT_VERSION]).aggregate([(_ORDER, "count")])
+        duplicates = counts.filter(pc.greater(counts[f"{_ORDER}_count"], 1))
+        if duplicates.num_rows:
+            row = duplicates.slice(0, 1).to_pylist()[0]
             raise MergeInputError(
-                self.uri, f"version {found[COMMIT_VERSION]} holds {found['count']} rows with "
-                f"merge_keys {self.keys} = {[found[k] for k in self.keys]}; merge_keys must "
-                "identify a row: add columns to them")
+                self.uri, f"version {row[COMMIT_VERSION]} holds {row[f'{_ORDER}_count']} rows "
+                f"with merge_keys {self.keys} = {[row[k] for k in self.keys]}; merge_keys "
+                "must identify a row: add columns to them")
 
     def _merge(self, changes: pa.Table, properties: CommitProperties) -> None:
         table = self._table()
@@ -120,15 +124,13 @@ class DeltaMergeSink(DeltaAppendSink):
          .execute())
 
 
-def _last_change_per_key(df: DataFrame, keys: list[str]) -> DataFrame:
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
-    order = F.create_map(*[F.lit(x) for pair in _ORDER_IN_COMMIT.items() for x in pair])
-    latest_first = Window.partitionBy(*[F.col(f"`{k}`") for k in keys]).orderBy(
-        F.col(COMMIT_VERSION).desc(), order[F.col(CHANGE_TYPE)].desc())
-    rank = "__delta_provider_rank"
-    return df.withColumn(rank, F.row_number().over(latest_first)).where(F.col(rank) == 1)
+def _first_of_each_key(rows: pa.Table, keys: list[str]) -> pa.Array:
+    """True on each row of a key-sorted table whose key differs from the previous row's."""
+    if not rows.num_rows:
+        return pa.array([], pa.bool_())
+    changed = [pc.not_equal(rows[k].slice(1), rows[k].slice(0, rows.num_rows - 1)) for k in keys]
+    return pa.concat_arrays([pa.array([True]),
+                             pc.fill_null(reduce(pc.or_, changed), True).combine_chunks()])
 
 
 def _data_columns(df: DataFrame) -> list[str]:

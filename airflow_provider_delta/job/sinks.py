@@ -177,11 +177,7 @@ class DeltaAppendSink(Sink):
 
     def _commit(self, adds: list[AddAction], schema: pa.Schema, partition_by: list[str],
                 start_version: int, end_version: int) -> None:
-        properties = CommitProperties(
-            app_transactions=[Transaction(self.spec.app_id, end_version)],
-            custom_metadata={"airflow_provider_delta.source_versions":
-                             f"{start_version}..{end_version}"},
-        )
+        properties = self.batch_commit_properties(start_version, end_version)
         table = self._table()
         if table is None:
             create_table_with_add_actions(
@@ -194,6 +190,14 @@ class DeltaAppendSink(Sink):
                                            commit_properties=properties)
         log.info("committed %d file(s) to %s with txn %s=%s", len(adds), self.uri,
                  self.spec.app_id, end_version)
+
+    def batch_commit_properties(self, start_version: int, end_version: int) -> CommitProperties:
+        """The batch's txn (appId, last source version) and its source range, for its commit."""
+        return CommitProperties(
+            app_transactions=[Transaction(self.spec.app_id, end_version)],
+            custom_metadata={"airflow_provider_delta.source_versions":
+                             f"{start_version}..{end_version}"},
+        )
 
     def _write_with_delta_spark(self, df: DataFrame, end_version: int) -> SinkWrite:
         # Delta's own idempotent-write options: the same txn semantics, through the Delta jars.
