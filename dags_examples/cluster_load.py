@@ -8,8 +8,13 @@ The connection decides where Spark runs (``conn_id``; e.g. ``spark://master:7077
 * install the wheel (``pip install airflow-provider-delta``) into the cluster's image.
 
 In cluster deploy mode the driver runs on the cluster, so the job spec and result go through
-``work_dir`` on shared storage. Spark reads ``s3://`` tables through ``s3a://`` (the
-hadoop-aws jars and credentials must be on the cluster).
+``work_dir`` on shared storage: one folder per try (``<dag>.<task>.<run id>.<map index>.<try>``)
+holding ``spec.json`` and ``result.json``, deleted when the task ends; no credentials are in
+them. Spark reads ``s3://`` tables through ``s3a://`` (the hadoop-aws jars and credentials
+must be on the cluster). The delta connection's storage options are not sent to drivers on
+YARN, Kubernetes or in cluster deploy mode (the Spark provider would put them on the
+command line): the cluster's own credentials (instance role, ``AWS_*`` in the driver's
+environment) serve the driver's log reads and Delta commits.
 """
 
 from __future__ import annotations
