@@ -1,0 +1,79 @@
+"""The sdist and wheel that `python -m build` makes carry the license, the typing marker and
+the entry point Airflow discovers providers by."""
+
+from __future__ import annotations
+
+import configparser
+import subprocess
+import sys
+import tarfile
+import zipfile
+from email.parser import Parser
+from pathlib import Path
+
+import pytest
+
+import airflow_provider_delta
+
+REPO = Path(__file__).resolve().parents[2]
+DIST_INFO = f"airflow_provider_delta-{airflow_provider_delta.__version__}.dist-info"
+
+
+@pytest.fixture(scope="module")
+def dist_dir(tmp_path_factory) -> Path:
+    """Builds as a user does: the sdist, then the wheel from that sdist, in isolated envs."""
+    out = tmp_path_factory.mktemp("dist")
+    build = subprocess.run(
+        [sys.executable, "-m", "build", "--outdir", str(out), str(REPO)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
+    return out
+
+
+@pytest.fixture(scope="module")
+def wheel(dist_dir) -> zipfile.ZipFile:
+    (path,) = dist_dir.glob("*.whl")
+    with zipfile.ZipFile(path) as archive:
+        yield archive
+
+
+def _metadata(wheel: zipfile.ZipFile):
+    return Parser().parsestr(wheel.read(f"{DIST_INFO}/METADATA").decode())
+
+
+def test_wheel_ships_license_notice_and_typing_marker(wheel):
+    names = set(wheel.namelist())
+    assert "airflow_provider_delta/py.typed" in names
+    for license_file in ("LICENSE", "NOTICE"):
+        shipped = wheel.read(f"{DIST_INFO}/licenses/{license_file}")
+        assert shipped == (REPO / license_file).read_bytes()
+    assert b"Apache License\n                           Version 2.0" in (REPO / "LICENSE").read_bytes()
+    assert {name.split("/")[0] for name in names} == {"airflow_provider_delta", DIST_INFO}
+
+
+def test_wheel_registers_the_airflow_provider_entry_point(wheel):
+    entry_points = configparser.ConfigParser()
+    entry_points.read_string(wheel.read(f"{DIST_INFO}/entry_points.txt").decode())
+    assert dict(entry_points["apache_airflow_provider"]) == {
+        "provider_info": "airflow_provider_delta.get_provider_info:get_provider_info"
+    }
+
+
+def test_wheel_metadata_declares_spdx_license_and_airflow_classifiers(wheel):
+    metadata = _metadata(wheel)
+    assert metadata["Version"] == airflow_provider_delta.__version__
+    assert metadata["License-Expression"] == "Apache-2.0"
+    assert sorted(metadata.get_all("License-File")) == ["LICENSE", "NOTICE"]
+    classifiers = metadata.get_all("Classifier")
+    assert {"Framework :: Apache Airflow", "Framework :: Apache Airflow :: Provider"} <= set(classifiers)
+    assert not [c for c in classifiers if c.startswith("License ::")], "the SPDX expression alone says it"
+
+
+def test_sdist_ships_license_notice_and_typing_marker(dist_dir):
+    (path,) = dist_dir.glob("*.tar.gz")
+    with tarfile.open(path) as archive:
+        names = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
+    assert {"LICENSE", "NOTICE", "airflow_provider_delta/py.typed", "pyproject.toml"} <= names
