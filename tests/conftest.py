@@ -233,6 +233,14 @@ def s3_options():
 
 
 @pytest.fixture
+def moto_checks_credentials(monkeypatch):
+    """moto authenticates every request from now on: keys it does not know get a 403."""
+    import moto.settings
+
+    monkeypatch.setattr(moto.settings, "INITIAL_NO_AUTH_ACTION_COUNT", 0)
+
+
+@pytest.fixture
 def s3_store(s3_options):
     """An obstore handle on the test bucket."""
     from obstore.store import S3Store

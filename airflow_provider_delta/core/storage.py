@@ -18,12 +18,10 @@ from functools import cached_property
 from urllib.parse import unquote, urlparse
 
 import obstore
-from obstore.store import ObjectStore, from_url
+from obstore.store import ObjectStore
 
-from airflow_provider_delta.errors import (
-    DeltaProviderError, StorageAccessError, StorageLocationError, TableNotFoundError,
-    TransientStorageError,
-)
+from airflow_provider_delta.errors import DeltaProviderError, TableNotFoundError
+from airflow_provider_delta.storage import STORE_ERRORS, local_path, open_store, storage_error
 
 log = logging.getLogger(__name__)
 
@@ -32,22 +30,6 @@ COMMIT_RE = re.compile(r"^(\d{20})\.json$")
 CHECKPOINT_RE = re.compile(
     r"^(\d{20})\.checkpoint(?:\.(\d{10})\.(\d{10})|\.([0-9A-Za-z-]+))?\.(parquet|json)$"
 )
-# obstore's client settings; everything else in storage_options is store configuration.
-_CLIENT_OPTION_KEYS = {
-    "allow_http", "allow_invalid_certificates", "connect_timeout", "timeout",
-    "pool_idle_timeout", "proxy_url", "user_agent", "http1_only", "http2_only",
-}
-# Spark's Hadoop names for S3; obstore knows the bucket as s3://. Paths keep the given scheme.
-_HADOOP_S3_SCHEMES = {"s3a": "s3", "s3n": "s3"}
-_STORE_ERRORS = obstore.exceptions.BaseError
-_ACCESS_ERRORS = (obstore.exceptions.PermissionDeniedError,
-                  obstore.exceptions.UnauthenticatedError)
-_LOCATION_ERRORS = (obstore.exceptions.UnknownConfigurationKeyError,
-                    obstore.exceptions.InvalidPathError, obstore.exceptions.NotSupportedError)
-_HTTP_STATUS = re.compile(r"status code: (\d{3})")
-_STORE_CODE = re.compile(r"<Code>([^<]+)</Code>")
-_RETRYABLE_CLIENT_STATUS = {408, 429}  # request timeout, throttling
-_CREDENTIAL_WORDS = ("key", "secret", "token", "password", "sas", "credential", "service_account")
 # Newest version named in a local _delta_log, by folder: (folder mtime in ns, version). A folder
 # gets a new mtime whenever an entry is added, removed or renamed, so an unchanged mtime means an
 # unchanged answer -- unless the listing ran within the same clock tick as the last change, so
@@ -95,35 +77,12 @@ def commit_name(version: int) -> str:
     return f"{version:020d}.json"
 
 
-def split_storage_options(options: dict[str, str] | None) -> tuple[dict, dict]:
-    """Split one flat dict into obstore's store config and client options."""
-    config: dict[str, str] = {}
-    client: dict[str, object] = {}
-    for key, value in (options or {}).items():
-        short = key.lower().removeprefix("aws_").removeprefix("google_").removeprefix("azure_")
-        if short in _CLIENT_OPTION_KEYS:
-            client[short] = str(value).lower() == "true" if short == "allow_http" else value
-        else:
-            config[key.lower()] = value
-    return config, client
-
-
-def local_path_of(table_uri: str) -> str | None:
-    """The local folder of a plain path or ``file:`` URI, else None."""
-    if "://" not in table_uri and not table_uri.startswith("file:"):
-        return os.path.abspath(table_uri)
-    parsed = urlparse(table_uri)
-    if parsed.scheme == "file":
-        return os.path.abspath(parsed.path or "/")
-    return None
-
-
 class TableLocation:
     """A Delta table's root: reads and lists its log, resolves its data file paths."""
 
     def __init__(self, table_uri: str, storage_options: dict[str, str] | None = None):
         self.table_uri = table_uri
-        self.local_root = local_path_of(table_uri)
+        self.local_root = local_path(table_uri)
         self.root_uri = (
             "file://" + self.local_root.rstrip("/") if self.local_root else table_uri.rstrip("/")
         )
@@ -132,44 +91,11 @@ class TableLocation:
     @cached_property
     def store(self) -> ObjectStore:
         """The obstore store rooted at the table (local tables are read with plain file I/O)."""
-        config, client = split_storage_options(self.storage_options)
-        scheme, _, rest = self.root_uri.partition("://")
-        url = f"{_HADOOP_S3_SCHEMES.get(scheme, scheme)}://{rest}/"
-        try:
-            return from_url(url, config=config or None, client_options=client or None)
-        except _STORE_ERRORS as exc:  # no request was made: only the URI or options can be wrong
-            raise StorageLocationError(self.table_uri, _short(exc)) from exc
+        return open_store(self.root_uri, self.storage_options, self.table_uri)
 
     def storage_error(self, exc: Exception) -> DeltaProviderError:
-        """A failed store request as a permanent or transient error of this table.
-
-        Refused credentials (401/403), a missing bucket (404) and requests the store rejects
-        (other 4xx) are permanent; timeouts, throttling (408/429), 5xx and network failures
-        are transient.
-        """
-        if isinstance(exc, _ACCESS_ERRORS):
-            return StorageAccessError(self.table_uri, _short(exc), self._credentials())
-        if isinstance(exc, _LOCATION_ERRORS):
-            return StorageLocationError(self.table_uri, _short(exc))
-        status = _HTTP_STATUS.search(str(exc))
-        code = int(status.group(1)) if status else None
-        if code in (401, 403):
-            return StorageAccessError(self.table_uri, _short(exc), self._credentials())
-        if code == 404:
-            return TableNotFoundError(self.table_uri, _short(exc))
-        if code is not None and 400 <= code < 500 and code not in _RETRYABLE_CLIENT_STATUS:
-            return StorageLocationError(self.table_uri, _short(exc))
-        return TransientStorageError(self.table_uri, _short(exc))
-
-    def _credentials(self) -> str:
-        """Which credentials were used, by option name (never by value)."""
-        given = sorted(k for k in self.storage_options or {}
-                       if any(word in k.lower() for word in _CREDENTIAL_WORDS))
-        if given:
-            return (f"the credentials in the storage options ({', '.join(given)}), i.e. the "
-                    "login/password or extras of the connection given as delta_conn_id")
-        return ("the credentials of the environment (no key is in the storage options; set "
-                "delta_conn_id to a delta connection with login and password)")
+        """A failed store request as a permanent or transient error of this table."""
+        return storage_error(self.table_uri, exc, self.storage_options)
 
     @property
     def is_local(self) -> bool:
@@ -189,7 +115,7 @@ class TableLocation:
             return bytes(obstore.get(self.store, f"{LOG_DIR}/{name}").bytes())
         except FileNotFoundError:
             return None
-        except _STORE_ERRORS as exc:
+        except STORE_ERRORS as exc:
             raise self.storage_error(exc) from exc
 
     def log_file_mtime_ms(self, name: str) -> int | None:
@@ -203,7 +129,7 @@ class TableLocation:
             meta = obstore.head(self.store, f"{LOG_DIR}/{name}")
         except FileNotFoundError:
             return None
-        except _STORE_ERRORS as exc:
+        except STORE_ERRORS as exc:
             raise self.storage_error(exc) from exc
         return int(meta["last_modified"].timestamp() * 1000)
 
@@ -229,7 +155,7 @@ class TableLocation:
             return bytes(result.bytes()), int(result.meta["last_modified"].timestamp() * 1000)
         except FileNotFoundError:
             return None
-        except _STORE_ERRORS as exc:
+        except STORE_ERRORS as exc:
             raise self.storage_error(exc) from exc
 
     def commit_exists(self, version: int) -> bool:
@@ -319,7 +245,7 @@ class TableLocation:
                         return entries
                     entries.append(LogEntry(name, version,
                                             int(meta["last_modified"].timestamp() * 1000)))
-        except _STORE_ERRORS as exc:
+        except STORE_ERRORS as exc:
             raise self.storage_error(exc) from exc
         return entries
 
@@ -337,18 +263,6 @@ class TableLocation:
         if decoded.startswith("/"):
             return "file://" + decoded
         return f"{self.root_uri}/{decoded}"
-
-
-def _short(exc: Exception) -> str:
-    """The first line of a store error, cut before any response body, with the HTTP status and
-    the store's error code when there are ones."""
-    text = str(exc)
-    lead = text.split("\n", 1)[0].split(": Error performing", 1)[0].split(": <?xml", 1)[0]
-    status = _HTTP_STATUS.search(text)
-    code = _STORE_CODE.search(text)
-    found = [f"HTTP {status.group(1)}"] if status else []
-    found += [code.group(1)] if code else []
-    return lead[:240] + (f" ({', '.join(found)})" if found else "")
 
 
 def _newest_version_named(names: list[str]) -> int | None:

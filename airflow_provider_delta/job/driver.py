@@ -26,9 +26,10 @@ from airflow_provider_delta.core.model import Plan
 from airflow_provider_delta.errors import InvalidParameterError
 from airflow_provider_delta.job.sinks import Sink, make_sink
 from airflow_provider_delta.job.spec import BatchResult, JobResult, JobSpec
-from airflow_provider_delta.job.storage import read_text, with_storage_options_from, write_text
+from airflow_provider_delta.job.storage import with_storage_options_from
 from airflow_provider_delta.spark import read_plan
 from airflow_provider_delta.spark.change_feed import read_feed, snapshot_as_inserts
+from airflow_provider_delta.storage import read_text, write_text
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -33,7 +33,7 @@ from deltalake.transaction import (
 
 from airflow_provider_delta.errors import SinkSchemaMismatchError
 from airflow_provider_delta.job.spec import SinkSpec
-from airflow_provider_delta.job.storage import list_files, spark_uri, store_for, to_uri
+from airflow_provider_delta.storage import list_files, open_store, spark_uri, to_uri
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -241,7 +241,7 @@ def _partition_values(relative_path: str) -> dict[str, str | None]:
 def written_parquet_files(root: str, folder: str, storage_options: dict[str, str] | None
                           ) -> list[tuple[dict[str, Any], str, int]]:
     """(obstore metadata, path inside ``folder``, row count) of each data file Spark wrote."""
-    store = store_for(root, storage_options)
+    store = open_store(root, storage_options)
     files = []
     for meta in list_files(root, folder, storage_options):
         relative = meta["path"][len(folder) + 1:]

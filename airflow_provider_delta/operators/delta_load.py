@@ -43,16 +43,10 @@ from airflow_provider_delta.hooks.versions import VersionProbe
 from airflow_provider_delta.job import driver
 from airflow_provider_delta.job.sinks import make_sink
 from airflow_provider_delta.job.spec import JobResult, JobSpec, SinkSpec, stable_app_id
-from airflow_provider_delta.job.storage import (
-    read_text,
-    remove_tree,
-    storage_options_env,
-    to_uri,
-    without_storage_options,
-    write_text,
-)
+from airflow_provider_delta.job.storage import storage_options_env, without_storage_options
 from airflow_provider_delta.operators import parameters
 from airflow_provider_delta.spark.reader import check_files_exist
+from airflow_provider_delta.storage import read_text, remove_tree, to_uri, write_text
 from airflow_provider_delta.watermarks import (
     Initial,
     LoadStart,

@@ -23,7 +23,7 @@ import numpy as np
 
 from airflow_provider_delta.core.model import DeletionVectorDescriptor
 from airflow_provider_delta.errors import DeltaProviderError, MissingDataFileError
-from airflow_provider_delta.spark.files import read_range
+from airflow_provider_delta.storage import read_range
 
 MAGIC_NUMBER = 1681511377
 _Z85 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"

@@ -33,7 +33,6 @@ from airflow_provider_delta.core.model import Plan, PlannedFile, TableMetadata
 from airflow_provider_delta.core.storage import TableLocation
 from airflow_provider_delta.errors import MissingDataFileError
 from airflow_provider_delta.spark.deletion_vectors import deleted_rows
-from airflow_provider_delta.spark.files import local_file_of, missing_files
 from airflow_provider_delta.spark.paths import spark_file_path, spark_read_path
 from airflow_provider_delta.spark.schema import (
     logical_schema,
@@ -41,6 +40,7 @@ from airflow_provider_delta.spark.schema import (
     quoted,
     to_logical_columns,
 )
+from airflow_provider_delta.storage import local_path, missing_files
 
 log = logging.getLogger(__name__)
 
@@ -191,7 +191,7 @@ def _read_round(
     if round_deletions:
         scan_columns.append(F.col("_metadata.row_index").alias(_ROW))
     paths = [f.path for _, f in files]
-    with _serial_listing(spark, all(local_file_of(p) is not None for p in paths)):
+    with _serial_listing(spark, all(local_path(p) is not None for p in paths)):
         scan = spark.read.schema(physical_read_schema(metadata)).parquet(
             *[spark_read_path(p) for p in paths]
         )

@@ -7,7 +7,6 @@ import asyncio
 import json
 import socket
 
-import moto.settings
 import pytest
 
 from airflow_provider_delta.core import latest_version, plan_snapshot
@@ -20,12 +19,6 @@ from tests.conftest import S3_SECRET
 @pytest.fixture
 def s3_table(shared_table, upload, request):
     return upload(shared_table("delta-golden/snapshot-data1"), request.node.name)
-
-
-@pytest.fixture
-def moto_checks_credentials(monkeypatch):
-    """moto authenticates every request from now on: keys it does not know get a 403."""
-    monkeypatch.setattr(moto.settings, "INITIAL_NO_AUTH_ACTION_COUNT", 0)
 
 
 def assert_permanent(error, table_uri: str, *words: str) -> None:

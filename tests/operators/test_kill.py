@@ -13,7 +13,7 @@ from deltalake import DeltaTable
 
 from airflow_provider_delta.job.sinks import STAGING_FOLDER
 from airflow_provider_delta.job.spec import stable_app_id
-from airflow_provider_delta.job.storage import to_uri
+from airflow_provider_delta.storage import to_uri
 from airflow_provider_delta.operators import DeltaIncrementalOperator
 
 from .conftest import SPARK_CONF, delta_rows, driver_env, four_commit_source, recorded, watermark

@@ -13,7 +13,7 @@ from airflow_provider_delta.core import plan_snapshot
 from airflow_provider_delta.core.storage import TableLocation
 from airflow_provider_delta.errors import MissingDataFileError
 from airflow_provider_delta.spark.deletion_vectors import deleted_rows
-from airflow_provider_delta.spark.files import missing_files
+from airflow_provider_delta.storage import missing_files
 
 TABLE = "delta-golden/dv-partitioned-with-checkpoint"
 

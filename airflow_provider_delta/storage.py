@@ -1,0 +1,270 @@
+"""The one way this provider reaches files: URIs, obstore stores, small files and store errors.
+
+A URI plus storage options (one flat dict, as deltalake takes them) becomes an obstore store
+here and nowhere else; the same options thus mean the same thing to the core's log reader, the
+Spark layer's data-file checks and the job's sinks and job files. Store failures are classified
+here too: permanent (credentials, bucket, scheme or option wrong) or transient (network, 5xx).
+Pure: imports neither Airflow nor Spark.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from functools import lru_cache
+
+import obstore
+from obstore.store import ObjectStore, from_url
+
+from airflow_provider_delta.errors import (
+    DeltaProviderError, StorageAccessError, StorageLocationError, TableNotFoundError,
+    TransientStorageError,
+)
+
+log = logging.getLogger(__name__)
+
+STORE_ERRORS = obstore.exceptions.BaseError
+# obstore's client settings; everything else in storage_options is store configuration.
+_CLIENT_OPTION_KEYS = {
+    "allow_http", "allow_invalid_certificates", "connect_timeout", "timeout",
+    "pool_idle_timeout", "proxy_url", "user_agent", "http1_only", "http2_only",
+}
+# Spark's Hadoop names for S3; obstore knows the bucket as s3://. Paths keep the given scheme.
+_HADOOP_S3_SCHEMES = {"s3a": "s3", "s3n": "s3"}
+_ACCESS_ERRORS = (obstore.exceptions.PermissionDeniedError,
+                  obstore.exceptions.UnauthenticatedError)
+_LOCATION_ERRORS = (obstore.exceptions.UnknownConfigurationKeyError,
+                    obstore.exceptions.InvalidPathError, obstore.exceptions.NotSupportedError)
+_HTTP_STATUS = re.compile(r"status code: (\d{3})")
+_STORE_CODE = re.compile(r"<Code>([^<]+)</Code>")
+_RETRYABLE_CLIENT_STATUS = {408, 429}  # request timeout, throttling
+_CREDENTIAL_WORDS = ("key", "secret", "token", "password", "sas", "credential", "service_account")
+_HEAD_THREADS = 16  # object-store HEAD requests are latency-bound
+
+StorageOptions = dict[str, str] | None
+
+# -- URIs ------------------------------------------------------------------------------------
+
+
+def local_path(path_or_uri: str) -> str | None:
+    """The absolute local path of a plain path or ``file:`` URI, None for object stores.
+
+    Split by hand: a decoded path may hold ``#`` or ``?``, which ``urlparse`` would cut off.
+    """
+    if path_or_uri.startswith("file://"):
+        path = path_or_uri[len("file://"):]
+    elif path_or_uri.startswith("file:"):
+        path = path_or_uri[len("file:"):]
+    elif "://" in path_or_uri:
+        return None
+    else:
+        path = path_or_uri
+    return os.path.abspath(path or "/")
+
+
+def to_uri(path_or_uri: str) -> str:
+    """``/tmp/t/`` -> ``file:///tmp/t``; other URIs lose only a trailing slash."""
+    path = local_path(path_or_uri)
+    return "file://" + path.rstrip("/") if path is not None else path_or_uri.rstrip("/")
+
+
+def spark_uri(path_or_uri: str) -> str:
+    """The URI Spark's Hadoop file systems understand (``s3://`` is served by ``s3a://``)."""
+    uri = to_uri(path_or_uri)
+    return "s3a://" + uri[len("s3://"):] if uri.startswith("s3://") else uri
+
+
+def split_uri(path_or_uri: str) -> tuple[str, str]:
+    """``s3://b/dir/f.json`` -> (``s3://b/dir``, ``f.json``)."""
+    folder, _, name = to_uri(path_or_uri).rpartition("/")
+    return folder, name
+
+
+# -- stores ----------------------------------------------------------------------------------
+
+
+def split_storage_options(options: StorageOptions) -> tuple[dict, dict]:
+    """Split one flat dict into obstore's store config and client options."""
+    config: dict[str, str] = {}
+    client: dict[str, object] = {}
+    for key, value in (options or {}).items():
+        short = key.lower().removeprefix("aws_").removeprefix("google_").removeprefix("azure_")
+        if short in _CLIENT_OPTION_KEYS:
+            client[short] = str(value).lower() == "true" if short == "allow_http" else value
+        else:
+            config[key.lower()] = value
+    return config, client
+
+
+def open_store(path_or_uri: str, storage_options: StorageOptions = None,
+               table_uri: str | None = None) -> ObjectStore:
+    """An obstore store rooted at ``path_or_uri``; local folders are created when missing.
+
+    A URI or option obstore refuses is a StorageLocationError of ``table_uri`` (default: the
+    URI itself): no request was made, so nothing else can be wrong.
+    """
+    uri = to_uri(path_or_uri)
+    scheme, _, rest = uri.partition("://")
+    config, client = split_storage_options(storage_options)
+    try:
+        if scheme == "file":
+            return from_url(uri + "/", mkdir=True)
+        return from_url(f"{_HADOOP_S3_SCHEMES.get(scheme, scheme)}://{rest}/",
+                        config=config or None, client_options=client or None)
+    except STORE_ERRORS as exc:
+        raise StorageLocationError(table_uri or path_or_uri, short_message(exc)) from exc
+
+
+def storage_error(table_uri: str, exc: Exception,
+                  storage_options: StorageOptions = None) -> DeltaProviderError:
+    """A failed store request as a permanent or transient error of ``table_uri``.
+
+    Refused credentials (401/403), a missing bucket (404) and requests the store rejects
+    (other 4xx) are permanent; timeouts, throttling (408/429), 5xx and network failures
+    are transient.
+    """
+    if isinstance(exc, _ACCESS_ERRORS):
+        return StorageAccessError(table_uri, short_message(exc), _credentials(storage_options))
+    if isinstance(exc, _LOCATION_ERRORS):
+        return StorageLocationError(table_uri, short_message(exc))
+    status = _HTTP_STATUS.search(str(exc))
+    code = int(status.group(1)) if status else None
+    if code in (401, 403):
+        return StorageAccessError(table_uri, short_message(exc), _credentials(storage_options))
+    if code == 404:
+        return TableNotFoundError(table_uri, short_message(exc))
+    if code is not None and 400 <= code < 500 and code not in _RETRYABLE_CLIENT_STATUS:
+        return StorageLocationError(table_uri, short_message(exc))
+    return TransientStorageError(table_uri, short_message(exc))
+
+
+def short_message(exc: Exception) -> str:
+    """The first line of a store error, cut before any response body, with the HTTP status and
+    the store's error code when there are ones."""
+    text = str(exc)
+    lead = text.split("\n", 1)[0].split(": Error performing", 1)[0].split(": <?xml", 1)[0]
+    status = _HTTP_STATUS.search(text)
+    code = _STORE_CODE.search(text)
+    found = [f"HTTP {status.group(1)}"] if status else []
+    found += [code.group(1)] if code else []
+    return lead[:240] + (f" ({', '.join(found)})" if found else "")
+
+
+def _credentials(storage_options: StorageOptions) -> str:
+    """Which credentials were used, by option name (never by value)."""
+    given = sorted(k for k in storage_options or {}
+                   if any(word in k.lower() for word in _CREDENTIAL_WORDS))
+    if given:
+        return (f"the credentials in the storage options ({', '.join(given)}), i.e. the "
+                "login/password or extras of the connection given as delta_conn_id")
+    return ("the credentials of the environment (no key is in the storage options; set "
+            "delta_conn_id to a delta connection with login and password)")
+
+
+# -- small files (job files, sink listings) --------------------------------------------------
+
+
+def write_text(path_or_uri: str, text: str, storage_options: StorageOptions = None) -> None:
+    """Write a file; local ones are private (0600, in folders created 0700)."""
+    path = local_path(path_or_uri)
+    if path is None:
+        folder, name = split_uri(path_or_uri)
+        obstore.put(open_store(folder, storage_options), name, text.encode())
+        return
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as out:
+        out.write(text)
+
+
+def read_text(path_or_uri: str, storage_options: StorageOptions = None) -> str:
+    folder, name = split_uri(path_or_uri)
+    return bytes(obstore.get(open_store(folder, storage_options), name).bytes()).decode()
+
+
+def remove_tree(path_or_uri: str, storage_options: StorageOptions = None) -> None:
+    """Delete a folder and everything under it; a missing folder is fine."""
+    path = local_path(path_or_uri)
+    if path is not None:
+        shutil.rmtree(path, ignore_errors=True)
+        return
+    folder, name = split_uri(path_or_uri)
+    paths = [meta["path"] for meta in list_files(folder, f"{name}/", storage_options)]
+    if paths:
+        obstore.delete(open_store(folder, storage_options), paths)
+
+
+def list_files(path_or_uri: str, prefix: str, storage_options: StorageOptions = None
+               ) -> Iterator[dict]:
+    """Every object under ``prefix`` of the store rooted at ``path_or_uri`` (obstore metadata);
+    a missing local folder holds none (and is not created)."""
+    path = local_path(path_or_uri)
+    if path is not None and not os.path.isdir(path):
+        return
+    for chunk in obstore.list(open_store(path_or_uri, storage_options), prefix=prefix):
+        yield from chunk
+
+
+# -- data files (absolute decoded URIs, as a plan holds them) --------------------------------
+
+
+def missing_files(uris: Iterable[str], table_uri: str, storage_options: StorageOptions
+                  ) -> list[str]:
+    """The URIs among ``uris`` that do not exist, in their order."""
+    uris = list(uris)
+    local = {u: local_path(u) for u in uris}
+    remote = [u for u, path in local.items() if path is None]
+    gone = {u for u, path in local.items() if path is not None and not os.path.isfile(path)}
+    if remote:
+        log.info("%s: checking %d data files exist", table_uri, len(remote))
+        with ThreadPoolExecutor(_HEAD_THREADS) as pool:
+            found = pool.map(lambda u: _remote_exists(u, table_uri, storage_options), remote)
+            gone.update(u for u, ok in zip(remote, found) if not ok)
+    return [u for u in uris if u in gone]
+
+
+def read_range(uri: str, start: int, length: int, table_uri: str,
+               storage_options: StorageOptions) -> bytes:
+    """``length`` bytes of ``uri`` from ``start``; FileNotFoundError if it does not exist."""
+    path = local_path(uri)
+    if path is not None:
+        with open(path, "rb") as handle:
+            handle.seek(start)
+            return handle.read(length)
+    store, key = _store_and_key(uri, table_uri, storage_options)
+    try:
+        return bytes(obstore.get_range(store, key, start=start, length=length))
+    except FileNotFoundError:
+        raise
+    except STORE_ERRORS as exc:
+        raise storage_error(table_uri, exc, storage_options) from exc
+
+
+def _remote_exists(uri: str, table_uri: str, storage_options: StorageOptions) -> bool:
+    store, key = _store_and_key(uri, table_uri, storage_options)
+    try:
+        obstore.head(store, key)
+    except FileNotFoundError:
+        return False
+    except STORE_ERRORS as exc:
+        raise storage_error(table_uri, exc, storage_options) from exc
+    return True
+
+
+def _store_and_key(uri: str, table_uri: str, storage_options: StorageOptions
+                   ) -> tuple[ObjectStore, str]:
+    """One store per bucket (cached), and the object key of ``uri`` inside it."""
+    scheme, rest = uri.split("://", 1)
+    bucket, _, key = rest.partition("/")
+    frozen = tuple(sorted((storage_options or {}).items()))
+    return _bucket_store(f"{scheme}://{bucket}", frozen, table_uri), key
+
+
+@lru_cache(maxsize=32)
+def _bucket_store(bucket_uri: str, frozen_options: tuple[tuple[str, str], ...],
+                  table_uri: str) -> ObjectStore:
+    return open_store(bucket_uri, dict(frozen_options), table_uri)
