@@ -229,3 +229,7 @@ class MergeInputError(DeltaProviderError):
             "committed; the watermark stays where it was.",
             table_uri=target_uri,
         )
+
+
+class CorruptDeletionVectorError(DeltaProviderError):
+    """A deletion vector's bytes do not match its descriptor (size, checksum or format)."""

@@ -18,11 +18,12 @@ import base64
 import struct
 import uuid
 import zlib
+from typing import NoReturn
 
 import numpy as np
 
 from airflow_provider_delta.core.model import DeletionVectorDescriptor
-from airflow_provider_delta.errors import DeltaProviderError, MissingDataFileError
+from airflow_provider_delta.errors import CorruptDeletionVectorError, MissingDataFileError
 from airflow_provider_delta.storage import read_range
 
 MAGIC_NUMBER = 1681511377
@@ -34,10 +35,6 @@ _SERIAL_COOKIE_NO_RUN = 12346
 _SERIAL_COOKIE = 12347
 _NO_OFFSET_THRESHOLD = 4
 _ARRAY_MAX = 4096
-
-
-class CorruptDeletionVectorError(DeltaProviderError):
-    """A deletion vector's bytes do not match its descriptor (size, checksum or format)."""
 
 
 def z85_decode(text: str) -> bytes:
@@ -120,7 +117,7 @@ def _read_framed(
     return data
 
 
-def _corrupt(table_uri: str, version: int | None, uri: str, detail: str) -> None:
+def _corrupt(table_uri: str, version: int | None, uri: str, detail: str) -> NoReturn:
     raise CorruptDeletionVectorError(
         f"{table_uri}: deletion vector file {uri} of version {version} is damaged ({detail}). "
         "Restore the file, or rewrite the data file without the vector.",

@@ -12,9 +12,8 @@ import pytest
 from pyroaring import BitMap64
 
 from airflow_provider_delta.core.model import DeletionVectorDescriptor
-from airflow_provider_delta.errors import MissingDataFileError
+from airflow_provider_delta.errors import CorruptDeletionVectorError, MissingDataFileError
 from airflow_provider_delta.spark.deletion_vectors import (
-    CorruptDeletionVectorError,
     deleted_rows,
     dv_file_uri,
     z85_decode,
