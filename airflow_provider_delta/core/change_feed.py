@@ -32,7 +32,7 @@ from airflow_provider_delta.core.replay import (
     earliest_recreatable, raise_unreadable, read_commits, replay,
 )
 from airflow_provider_delta.core.storage import TableLocation
-from airflow_provider_delta.core.versions import _CommitTimes, _commit_entries, newest_version
+from airflow_provider_delta.core.versions import CommitTimes, commit_entries, newest_version
 from airflow_provider_delta.errors import VersionNotAvailableError
 
 CHANGE_DATA_FEED_KEY = "delta.enableChangeDataFeed"
@@ -132,7 +132,7 @@ def plan_change_feed(table_uri: str, start_version: int, end_version: int | None
              for version, actions in _range_commits(location, walk.state, start_version, end)]
     if walk.metadata.column_mapping_mode == "none":
         walk.follow_schema(end + 1, latest)  # Delta reads such tables with the latest schema
-    times = _CommitTimes(location, _commit_entries(location), dict(walk.metadata.configuration))
+    times = CommitTimes(location, commit_entries(location), dict(walk.metadata.configuration))
     commits = tuple(
         CommitChanges(version, times.micros(version) // 1000, cdf, net, files)
         for version, cdf, net, files in found if files

@@ -10,7 +10,7 @@ from airflow_provider_delta.core.actions import table_metadata
 from airflow_provider_delta.core.protocol import check_protocol
 from airflow_provider_delta.core.replay import commit_actions, replay
 from airflow_provider_delta.core.storage import TableLocation
-from airflow_provider_delta.core.versions import newest_version
+from airflow_provider_delta.core.versions import in_commit_timestamp, newest_version
 from airflow_provider_delta.errors import VersionNotAvailableError
 
 log = logging.getLogger(__name__)
@@ -88,9 +88,9 @@ class VersionProbe:
         if commit is None:
             raise self._vanished(version)
         raw, file_time_ms = commit
-        first_action = commit_actions(self.location, version, raw.lstrip().split(b"\n", 1)[0])[0]
-        in_commit = (first_action.get("commitInfo") or {}).get("inCommitTimestamp")
-        return int(in_commit) if in_commit is not None else file_time_ms
+        first_line = raw.lstrip().split(b"\n", 1)[0]
+        in_commit = in_commit_timestamp(commit_actions(self.location, version, first_line)[:1])
+        return in_commit if in_commit is not None else file_time_ms
 
     def _vanished(self, version: int) -> VersionNotAvailableError:
         return VersionNotAvailableError(

@@ -95,7 +95,7 @@ def commit_timestamp(table_uri: str, version: int, *,
     state = replay(location, version)
     if _ict_enabled_at(state.metadata.get("configuration") or {}, version):
         return _in_commit_timestamp(location, version)
-    entries = _commit_entries(location)
+    entries = commit_entries(location)
     versions = [e.version for e in entries]
     index = bisect.bisect_left(versions, version)
     if index == len(versions) or versions[index] != version:
@@ -121,7 +121,7 @@ def version_at(table_uri: str, timestamp: dt.datetime | str, *,
     latest = entries[-1].version
     earliest = earliest_recreatable(listing) or 0
     config = replay(location, latest).metadata.get("configuration") or {}
-    times = _CommitTimes(location, entries, config)
+    times = CommitTimes(location, entries, config)
     found = times.last_at_or_before(wanted_us, earliest)
     if found is None or wanted_us > times.micros(latest):
         raise VersionNotAvailableError(
@@ -132,7 +132,7 @@ def version_at(table_uri: str, timestamp: dt.datetime | str, *,
     return found
 
 
-class _CommitTimes:
+class CommitTimes:
     """Commit times by version: file times below the in-commit-timestamp enablement, ICTs after."""
 
     def __init__(self, location: TableLocation, entries: list[LogEntry], config: dict[str, str]):
@@ -162,7 +162,8 @@ class _CommitTimes:
         return candidates[low - 1] if low else None
 
 
-def _commit_entries(location: TableLocation) -> list[LogEntry]:
+def commit_entries(location: TableLocation) -> list[LogEntry]:
+    """The commits in the log, listed with their file times."""
     return [e for e in location.list_log(with_mtime=True) if e.is_commit]
 
 
@@ -188,14 +189,21 @@ def _ict_enabled_at(config: dict[str, str], version: int) -> bool:
     return enabled_from is not None and version >= enabled_from
 
 
-def _in_commit_timestamp(location: TableLocation, version: int) -> int:
-    actions = read_commit(location, version) or []
+def in_commit_timestamp(actions: list[dict]) -> int | None:
+    """A commit's in-commit timestamp (epoch ms) from its actions, None if it carries none."""
     for action in actions:
         info = action.get("commitInfo")
         if info and info.get("inCommitTimestamp") is not None:
             return int(info["inCommitTimestamp"])
-    raise InvalidLogError(location.table_uri, version,
-                          "in-commit timestamps are enabled but the commit has none")
+    return None
+
+
+def _in_commit_timestamp(location: TableLocation, version: int) -> int:
+    found = in_commit_timestamp(read_commit(location, version) or [])
+    if found is None:
+        raise InvalidLogError(location.table_uri, version,
+                              "in-commit timestamps are enabled but the commit has none")
+    return found
 
 
 def _epoch_micros(timestamp: dt.datetime | str) -> int:

@@ -37,9 +37,9 @@ from airflow.sdk import Asset
 
 import airflow_provider_delta
 from airflow_provider_delta import core
+from airflow_provider_delta.core.probe import VersionProbe
 from airflow_provider_delta.errors import InvalidParameterError
 from airflow_provider_delta.hooks.delta import DeltaHook
-from airflow_provider_delta.hooks.versions import VersionProbe
 from airflow_provider_delta.job import driver
 from airflow_provider_delta.job.sinks import make_sink
 from airflow_provider_delta.job.spec import JobResult, JobSpec, SinkSpec, stable_app_id

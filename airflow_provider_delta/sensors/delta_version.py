@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
 from airflow.sdk.exceptions import AirflowSensorTimeout
 
+from airflow_provider_delta.core.probe import VersionProbe, VersionRange
 from airflow_provider_delta.errors import DeltaProviderError, VersionNotAvailableError
 from airflow_provider_delta.hooks.delta import DeltaHook
-from airflow_provider_delta.hooks.versions import VersionProbe, VersionRange
 from airflow_provider_delta.triggers.delta_version import DeltaVersionTrigger
 from airflow_provider_delta.watermarks import (
     Initial,

@@ -29,8 +29,8 @@ from typing import Any
 
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
+from airflow_provider_delta.core.probe import VersionProbe, VersionRange
 from airflow_provider_delta.errors import DeltaProviderError
-from airflow_provider_delta.hooks.versions import VersionProbe, VersionRange
 from airflow_provider_delta.watermarks import (
     Initial,
     LoadStart,

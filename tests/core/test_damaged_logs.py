@@ -10,8 +10,8 @@ import pytest
 from deltalake import DeltaTable
 
 from airflow_provider_delta.core import latest_version, plan_changes, plan_snapshot
+from airflow_provider_delta.core.probe import VersionProbe
 from airflow_provider_delta.errors import DamagedLogFileError
-from airflow_provider_delta.hooks.versions import VersionProbe
 from tests.core.conftest import data_change_adds
 from tests.core.test_log_gaps import appended_table
 

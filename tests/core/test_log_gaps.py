@@ -12,8 +12,8 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from airflow_provider_delta.core import latest_version, plan_changes
+from airflow_provider_delta.core.probe import VersionProbe
 from airflow_provider_delta.errors import LogGapError, VersionNotAvailableError
-from airflow_provider_delta.hooks.versions import VersionProbe
 from airflow_provider_delta.sensors import DeltaVersionSensor
 
 
