@@ -42,6 +42,9 @@ log = logging.getLogger(__name__)
 
 STAGING_FOLDER = "airflow_staging"
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
+# Spark's default INT96 timestamps are deprecated in Parquet and misread at the extremes
+# (0001-01-01, 9999-12-31) by other readers; set per write, so the session keeps its own conf.
+PARQUET_TIMESTAMPS = {"spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS"}
 
 
 @dataclass(frozen=True)
@@ -94,7 +97,9 @@ class FormatSink(Sink):
 
     def write(self, df: DataFrame | None, start_version: int, end_version: int) -> SinkWrite:
         folder = f"source_versions={start_version}-{end_version}"
-        writer = df.write.mode("overwrite").format(self.spec.format).options(**self.spec.options)
+        defaults = PARQUET_TIMESTAMPS if self.spec.format == "parquet" else {}
+        writer = (df.write.mode("overwrite").format(self.spec.format)
+                  .options(**{**defaults, **self.spec.options}))
         writer.partitionBy(*self.spec.partition_by).save(f"{spark_uri(self.spec.path)}/{folder}")
         if self.spec.format == "parquet":  # footers hold the counts: no second Spark job
             files = written_parquet_files(self.spec.path, folder, self.spec.storage_options)
@@ -153,9 +158,8 @@ class DeltaAppendSink(Sink):
         partition_by = self._partition_by()
         staging = f"{STAGING_FOLDER}/{end_version:020d}-{uuid.uuid4().hex}"
         log.info("writing batch %s..%s to %s/%s", start_version, end_version, self.uri, staging)
-        df.write.mode("errorifexists").partitionBy(*partition_by).parquet(
-            f"{spark_uri(self.uri)}/{staging}"
-        )
+        df.write.mode("errorifexists").options(**PARQUET_TIMESTAMPS).partitionBy(
+            *partition_by).parquet(f"{spark_uri(self.uri)}/{staging}")
         adds, rows = self._staged_add_actions(staging)
         self._commit(adds, _arrow_schema(df), partition_by, start_version, end_version)
         return SinkWrite(rows=rows, sink_version=self._table().version())
@@ -245,10 +249,23 @@ def written_parquet_files(root: str, folder: str, storage_options: dict[str, str
     files = []
     for meta in list_files(root, folder, storage_options):
         relative = meta["path"][len(folder) + 1:]
-        if any(part.startswith(("_", ".")) for part in relative.split("/")):
-            continue  # _SUCCESS, Hadoop's .crc files
-        files.append((meta, relative, _parquet_num_rows(store, meta["path"], meta["size"])))
+        if _is_data_file(relative):
+            files.append((meta, relative, _parquet_num_rows(store, meta["path"], meta["size"])))
     return files
+
+
+def _is_data_file(relative_path: str) -> bool:
+    """False for what Spark's committers write beside the data: markers, checksums, scratch.
+
+    Folders are ``key=value`` partitions (whatever their names start with); anything else
+    (``_temporary/``, ``.spark-staging-*/``) is a committer's scratch space.
+    """
+    *folders, name = relative_path.split("/")
+    if not all("=" in folder for folder in folders):
+        return False
+    marker = name == "_SUCCESS" or name.startswith(("_committed_", "_started_"))
+    checksum = name.startswith(".") and name.endswith(".crc")
+    return not (marker or checksum)
 
 
 def _parquet_num_rows(store: Any, path: str, size: int) -> int:

@@ -80,3 +80,33 @@ def test_format_sink_overwrites_a_batch_folder_and_reports_progress(spark, tmp_p
     ids = sorted(r.id for r in spark.read.parquet(target).collect())
     assert ids == [1, 2, 3]
     assert sorted(os.listdir(target)) == ["source_versions=0-2", "source_versions=3-5"]
+
+
+def test_delta_sink_commits_partitions_whose_names_start_with_underscore_or_dot(spark, tmp_path):
+    target = str(tmp_path / "target")
+    rows = [(1, "_hidden", "2024-01-01"), (2, ".dot", "_2024"), (3, "plain", ".x"),
+            (4, None, "2024-01-02")]
+    frame = spark.createDataFrame(rows, "id long, _kind string, _date string")
+    sink = DeltaAppendSink(SinkSpec(kind="delta", path=target, partition_by=("_date", "_kind"),
+                                    app_id="app-1"))
+
+    written = sink.write(frame, 0, 0)
+
+    assert written.rows == 4
+    assert DeltaTable(target).metadata().partition_columns == ["_date", "_kind"]
+    assert delta_rows(target) == Counter(rows)
+
+
+def test_delta_sink_round_trips_extreme_timestamps(spark, tmp_path):
+    target = str(tmp_path / "target")
+    utc = dt.timezone.utc
+    rows = [(1, "x", dt.datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=utc)),
+            (2, "y", dt.datetime(1, 1, 1, tzinfo=utc)),
+            (3, "z", dt.datetime(1582, 10, 4, 23, 59, 59, tzinfo=utc))]
+    sink = DeltaAppendSink(SinkSpec(kind="delta", path=target, app_id="app-1"))
+
+    sink.write(_frame(spark, rows), 0, 0)
+
+    assert delta_rows(target) == Counter(rows)
+    # Only the write used TIMESTAMP_MICROS: the session keeps its own setting.
+    assert spark.conf.get("spark.sql.parquet.outputTimestampType") == "INT96"
