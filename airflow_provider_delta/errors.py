@@ -233,3 +233,31 @@ class MergeInputError(DeltaProviderError):
 
 class CorruptDeletionVectorError(DeltaProviderError):
     """A deletion vector's bytes do not match its descriptor (size, checksum or format)."""
+
+
+class SinkTargetError(DeltaProviderError):
+    """The sink's target cannot be written: it is the source table, a file, or a folder of
+    files that are not a Delta table. Raised before any Spark starts."""
+
+    def __init__(self, target_uri: str, problem: str, fix: str):
+        super().__init__(f"{target_uri}: {problem}; nothing was written. {fix}",
+                         table_uri=target_uri)
+
+
+class SinkRangeOverlapError(DeltaProviderError):
+    """A requested source range overlaps what this task already committed to its target
+    (other than a prefix a re-run resumes after): loading it would duplicate rows."""
+
+    def __init__(self, target_uri: str, start: int, end: int | None,
+                 committed: list[tuple[int, int]]):
+        shown = ", ".join(f"{first}..{last}" for first, last in committed)
+        after = max(last for _, last in committed) + 1
+        requested = f"{start}..{'latest' if end is None else end}"
+        super().__init__(
+            f"{target_uri}: source versions {requested} overlap the ranges this task already "
+            f"committed there ({shown}); nothing was written, as loading them again would "
+            f"duplicate rows. Load a range that starts after them (start_version={after}), "
+            "or write this range to a new target.",
+            table_uri=target_uri, version=start,
+        )
+        self.committed = committed

@@ -40,58 +40,59 @@ log = logging.getLogger("airflow_provider_delta.job")
 def run_job(spark: SparkSession, spec: JobSpec) -> JobResult:
     """Run every batch of ``spec`` that the sink does not hold yet; return what was done."""
     sink = make_sink(spec.sink)
-    committed = sink.committed_version()
-    batches = _batches(spec, committed)
-    log.info("%s: %d batch(es) to run (sink holds up to version %s)", spec.table_uri,
-             len(batches), committed)
+    sink.check_target(spec.table_uri)
+    first, last = spec.covered_range()
+    resume = sink.first_unwritten(first, last)
+    batches = plan_batches(spec, resume)
+    if batches:
+        sink.check_not_source(spec.table_uri, batches[0].metadata.table_id)
+    log.info("%s: %d batch(es) to run (sink holds versions before %s)", spec.table_uri,
+             len(batches), resume)
+    whole_snapshot = spec.mode == "snapshot" and resume == first
     results = []
     for number, batch in enumerate(batches, start=1):
         log.info("batch %d/%d: versions %d..%d, %d file(s), %d bytes", number, len(batches),
                  batch.start_version, batch.end_version, len(batch), batch.total_bytes)
-        results.append(_run_batch(spark, spec, sink, batch))
-    start, end = _covered_range(spec, committed)
-    return JobResult(spec.table_uri, spec.mode, start, end, tuple(results))
+        results.append(_run_batch(spark, spec, sink, batch, first if whole_snapshot else None))
+    start = last if spec.mode == "snapshot" else resume
+    return JobResult(spec.table_uri, spec.mode, start, last, tuple(results))
 
 
-def _batches(spec: JobSpec, committed: int | None) -> list[Plan | ChangeFeedPlan]:
-    options = {"storage_options": spec.storage_options}
-    if spec.mode == "snapshot":
-        if committed is not None and committed >= spec.snapshot_version:
-            return []
-        return [plan_snapshot(spec.table_uri, version=spec.snapshot_version, **options)]
-    start, end = _covered_range(spec, committed)
-    if end is not None and start > end:
+def plan_batches(spec: JobSpec, resume: int) -> list[Plan | ChangeFeedPlan]:
+    """The batches of ``spec`` from source version ``resume`` on.
+
+    A snapshot whose first versions the target holds already (a retry after its commit,
+    against a source that moved on) continues with the changes after them.
+    """
+    first, last = spec.covered_range()
+    if last is not None and resume > last:
         return []
+    options = {"storage_options": spec.storage_options}
+    if spec.mode == "snapshot" and resume == first:
+        return [plan_snapshot(spec.table_uri, version=last, **options)]
     if spec.change_feed:
-        feed = plan_change_feed(spec.table_uri, start, end, **options)
+        feed = plan_change_feed(spec.table_uri, resume, last, **options)
         return split_feed(feed, max_files=spec.max_files, max_bytes=spec.max_bytes)
     plan = plan_changes(
-        spec.table_uri, start, end,
+        spec.table_uri, resume, last,
         ignore_deletes=spec.ignore_deletes, ignore_changes=spec.ignore_changes,
         skip_change_commits=spec.skip_change_commits, **options,
     )
     return split_batches(plan, max_files=spec.max_files, max_bytes=spec.max_bytes)
 
 
-def _covered_range(spec: JobSpec, committed: int | None) -> tuple[int, int | None]:
-    """The range still to write: versions up to ``committed`` are in the sink already."""
-    if spec.mode == "snapshot":
-        return spec.snapshot_version, spec.snapshot_version
-    start = spec.start_version
-    if committed is not None and committed >= start:
-        start = committed + 1
-    return start, spec.end_version
-
-
-def _run_batch(spark: SparkSession, spec: JobSpec, sink: Sink, batch: Plan | ChangeFeedPlan
-               ) -> BatchResult:
+def _run_batch(spark: SparkSession, spec: JobSpec, sink: Sink, batch: Plan | ChangeFeedPlan,
+               covered_from: int | None) -> BatchResult:
+    """Read, transform and write one batch; its commit records ``covered_from`` (a snapshot
+    covers versions from 0) or the batch's own first version."""
     df = _read_batch(spark, spec, batch)
     context = {**spec.context, "table_uri": spec.table_uri,
                "start_version": batch.start_version, "end_version": batch.end_version}
     out = transform(spark, df, spec, context)
     if out is not None:
         sink.check(out)
-    written = sink.write(out, batch.start_version, batch.end_version)
+    first = batch.start_version if covered_from is None else covered_from
+    written = sink.write(out, first, batch.end_version)
     return BatchResult(
         start_version=batch.start_version, end_version=batch.end_version, files=len(batch),
         bytes=batch.total_bytes, rows=written.rows, sink_version=written.sink_version,

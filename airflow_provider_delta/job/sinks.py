@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import posixpath
 import struct
 import uuid
 from abc import ABC, abstractmethod
@@ -23,6 +25,7 @@ import obstore
 import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake import DeltaTable, Schema
+from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.exceptions import TableNotFoundError as DeltaTableNotFound
 from deltalake.transaction import (
     AddAction,
@@ -31,9 +34,21 @@ from deltalake.transaction import (
     create_table_with_add_actions,
 )
 
-from airflow_provider_delta.errors import SinkSchemaMismatchError
+from obstore.exceptions import NotFoundError
+
+from airflow_provider_delta.errors import (
+    SinkRangeOverlapError,
+    SinkSchemaMismatchError,
+    SinkTargetError,
+)
 from airflow_provider_delta.job.spec import SinkSpec
-from airflow_provider_delta.storage import list_files, open_store, spark_uri, to_uri
+from airflow_provider_delta.storage import (
+    list_files,
+    open_store,
+    spark_uri,
+    split_uri,
+    to_uri,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -65,6 +80,18 @@ class Sink(ABC):
     def check(self, df: DataFrame) -> None:  # noqa: B027 - optional hook
         """Refuse rows that cannot be written, before anything is written."""
 
+    def check_target(self, source_uri: str) -> None:  # noqa: B027 - optional hook
+        """Refuse a target that must not be written, before any Spark starts."""
+
+    def check_not_source(self, source_uri: str, source_table_id: str) -> None:  # noqa: B027
+        """Refuse a target that is the source table under another name (its table id)."""
+
+    def first_unwritten(self, start: int, end: int | None) -> int:
+        """The first source version of ``start..end`` the target does not hold yet
+        (``end + 1``: all of it)."""
+        committed = self.committed_version()
+        return start if committed is None else max(start, committed + 1)
+
     @abstractmethod
     def write(self, df: DataFrame | None, start_version: int, end_version: int) -> SinkWrite:
         """Write one batch (source versions ``start_version..end_version``)."""
@@ -86,6 +113,9 @@ class FormatSink(Sink):
 
     def __init__(self, spec: SinkSpec):
         self.spec = spec
+
+    def check_target(self, source_uri: str) -> None:
+        refuse_source_as_target(source_uri, self.spec.path)
 
     def committed_version(self) -> int | None:
         ends = [
@@ -124,8 +154,40 @@ class DeltaAppendSink(Sink):
             return None
 
     def committed_version(self) -> int | None:
+        """This app's txn version, else (unmapped tasks) the one of the appId older versions of
+        this provider used for the same DAG, task and target."""
         table = self._table()
-        return None if table is None else table.transaction_version(self.spec.app_id)
+        return None if table is None else _txn_version(table, self.spec)
+
+    def first_unwritten(self, start: int, end: int | None) -> int:
+        """Resume after this app's commits that tile ``start..``; refuse any other overlap.
+
+        Each commit records its source range; when the log's history no longer holds any of
+        them (cleaned up), the txn version, which checkpoints keep, is the resume point.
+        """
+        table = self._table()
+        if table is None:
+            return start
+        committed = [(first, last) for first, last, _ in _app_commits(table, self.spec.app_id)]
+        if not committed:
+            txn = _txn_version(table, self.spec)
+            return start if txn is None else max(start, txn + 1)
+        return resume_after(self.uri, start, end, committed)
+
+    def check_target(self, source_uri: str) -> None:
+        """Not the source's location, not a file, not a folder of files of another kind."""
+        refuse_source_as_target(source_uri, self.uri)
+        refuse_file_target(self.uri, self.spec.storage_options)
+        if self._table() is None:
+            refuse_non_delta_folder(self.uri, self.spec.storage_options)
+
+    def check_not_source(self, source_uri: str, source_table_id: str) -> None:
+        table = self._table()
+        if table is not None and table.metadata().id == source_table_id:
+            raise SinkTargetError(
+                self.uri, f"it is the source table {source_uri} (same table id "
+                f"{source_table_id}): every row would be appended to the table it came from",
+                SOURCE_AS_TARGET_FIX)
 
     def check(self, df: DataFrame) -> None:
         """Compare names, types and partitioning with the target, if it exists."""
@@ -161,8 +223,34 @@ class DeltaAppendSink(Sink):
         df.write.mode("errorifexists").options(**PARQUET_TIMESTAMPS).partitionBy(
             *partition_by).parquet(f"{spark_uri(self.uri)}/{staging}")
         adds, rows = self._staged_add_actions(staging)
-        self._commit(adds, _arrow_schema(df), partition_by, start_version, end_version)
-        return SinkWrite(rows=rows, sink_version=self._table().version())
+        schema = _arrow_schema(df)
+        for _ in range(COMMIT_ATTEMPTS):
+            done_in = self._committed_by_another_run(start_version, end_version)
+            if done_in is not None:
+                log.warning("%s: another run committed source versions %s..%s (target version "
+                            "%s) while this one wrote them; its staged files are dropped",
+                            self.uri, start_version, end_version, done_in)
+                self._drop_staged(staging)
+                return SinkWrite(rows=0, sink_version=done_in)
+            if self._commit(adds, schema, partition_by, start_version, end_version):
+                return SinkWrite(rows=rows, sink_version=self._table().version())
+        raise RuntimeError(f"{self.uri}: {COMMIT_ATTEMPTS} commits of source versions "
+                           f"{start_version}..{end_version} lost to concurrent writers")
+
+    def _committed_by_another_run(self, start: int, end: int) -> int | None:
+        """The target version holding ``start..end``, if another run committed it since this
+        one looked (Delta's optimistic concurrency: check again right before committing)."""
+        resume = self.first_unwritten(start, end)
+        if resume == start:
+            return None
+        if resume <= end:  # another run committed only the first versions of this batch
+            raise SinkRangeOverlapError(self.uri, start, end, [(start, resume - 1)])
+        return self._table().version()
+
+    def _drop_staged(self, staging: str) -> None:
+        store = open_store(self.uri, self.spec.storage_options)
+        for meta in list_files(self.uri, staging, self.spec.storage_options):
+            obstore.delete(store, meta["path"])
 
     def _staged_add_actions(self, staging: str) -> tuple[list[AddAction], int]:
         files = written_parquet_files(self.uri, staging, self.spec.storage_options)
@@ -180,27 +268,38 @@ class DeltaAppendSink(Sink):
         return adds, sum(rows for _, _, rows in files)
 
     def _commit(self, adds: list[AddAction], schema: pa.Schema, partition_by: list[str],
-                start_version: int, end_version: int) -> None:
+                start_version: int, end_version: int) -> bool:
+        """One commit of ``adds`` with this app's txn; False if a concurrent commit won."""
         properties = self.batch_commit_properties(start_version, end_version)
         table = self._table()
-        if table is None:
-            create_table_with_add_actions(
-                self.uri, Schema.from_arrow(schema), adds, mode="error",
-                partition_by=partition_by or None, storage_options=self.spec.storage_options,
-                commit_properties=properties,
-            )
-        else:
-            table.create_write_transaction(adds, "append", schema, partition_by=partition_by,
-                                           commit_properties=properties)
+        try:
+            if table is None:
+                create_table_with_add_actions(
+                    self.uri, Schema.from_arrow(schema), adds, mode="error",
+                    partition_by=partition_by or None, storage_options=self.spec.storage_options,
+                    commit_properties=properties,
+                )
+            else:
+                table.create_write_transaction(adds, "append", schema, partition_by=partition_by,
+                                               commit_properties=properties)
+        except CommitFailedError as error:
+            log.warning("%s: concurrent commit, checking the log again: %s", self.uri, error)
+            return False
+        except DeltaError:
+            if table is None and self._table() is not None:
+                log.warning("%s: another run created the table first; checking it", self.uri)
+                return False
+            raise
         log.info("committed %d file(s) to %s with txn %s=%s", len(adds), self.uri,
                  self.spec.app_id, end_version)
+        return True
 
     def batch_commit_properties(self, start_version: int, end_version: int) -> CommitProperties:
         """The batch's txn (appId, last source version) and its source range, for its commit."""
         return CommitProperties(
             app_transactions=[Transaction(self.spec.app_id, end_version)],
-            custom_metadata={"airflow_provider_delta.source_versions":
-                             f"{start_version}..{end_version}"},
+            custom_metadata={SOURCE_VERSIONS_KEY: f"{start_version}..{end_version}",
+                             APP_ID_KEY: self.spec.app_id},
         )
 
     def _write_with_delta_spark(self, df: DataFrame, end_version: int) -> SinkWrite:
@@ -219,6 +318,109 @@ def make_sink(spec: SinkSpec) -> Sink:
         "delta": DeltaAppendSink, "delta-merge": DeltaMergeSink, "format": FormatSink,
     }
     return kinds[spec.kind](spec) if spec.kind in kinds else NoSink()
+
+
+SOURCE_AS_TARGET_FIX = "Give a target path other than the source table's."
+SOURCE_VERSIONS_KEY = "airflow_provider_delta.source_versions"
+APP_ID_KEY = "airflow_provider_delta.app_id"
+COMMIT_ATTEMPTS = 10
+
+
+def _txn_version(table: DeltaTable, spec: SinkSpec) -> int | None:
+    version = table.transaction_version(spec.app_id)
+    if version is None and spec.legacy_app_id:
+        return table.transaction_version(spec.legacy_app_id)
+    return version
+
+
+def _app_commits(table: DeltaTable, app_id: str) -> list[tuple[int, int, int]]:
+    """(first source version, last source version, target version) of each commit of
+    ``app_id`` still in the target's log history."""
+    commits = []
+    for info in table.history():
+        if info.get(APP_ID_KEY) == app_id and SOURCE_VERSIONS_KEY in info:
+            first, _, last = info[SOURCE_VERSIONS_KEY].partition("..")
+            commits.append((int(first), int(last), info["version"]))
+    return commits
+
+
+def resume_after(target_uri: str, start: int, end: int | None,
+                 committed: list[tuple[int, int]]) -> int:
+    """The first version of ``start..end`` to write, given the source ranges committed.
+
+    Committed ranges may cover only a prefix of the request, one after the other from
+    ``start`` (a re-run resumes after them). Any other overlap is refused: writing it would
+    duplicate rows, skipping it would lose the rest. Versions before ``start`` that nothing
+    covers (a gap) are allowed: an explicit backfill may leave versions out.
+    """
+    last = end if end is not None else float("inf")
+    overlapping = sorted({r for r in committed if r[1] >= start and r[0] <= last})
+    resume = start
+    for first, final in overlapping:
+        if first != resume or final > last:
+            raise SinkRangeOverlapError(target_uri, start, end, overlapping)
+        resume = final + 1
+    return resume
+
+
+def normalised_location(path_or_uri: str) -> str:
+    """One spelling per location: plain path or ``file://``, ``..``, a trailing ``/``,
+    ``%``-escapes, symbolic links (local paths), ``s3a://`` for ``s3://``."""
+    scheme, _, rest = to_uri(path_or_uri).partition("://")
+    scheme = "s3" if scheme.lower() in ("s3a", "s3n") else scheme.lower()
+    authority, _, path = rest.partition("/")
+    path = posixpath.normpath("/" + unquote(path))
+    if scheme == "file":
+        path = os.path.realpath(path)
+    return f"{scheme}://{authority}{path}".rstrip("/")
+
+
+def refuse_source_as_target(source_uri: str, target: str) -> None:
+    """A target at the source's own location would append the source's rows to itself."""
+    if normalised_location(source_uri) == normalised_location(target):
+        raise SinkTargetError(
+            to_uri(target), f"it is the source table {source_uri}: every row would be "
+            "appended to the table it came from", SOURCE_AS_TARGET_FIX)
+
+
+def refuse_file_target(target_uri: str, storage_options: dict[str, str] | None) -> None:
+    if _is_object(target_uri, storage_options):
+        raise SinkTargetError(target_uri, "it is a file, not a folder",
+                              "Give a folder path as target: a new or empty one, or a Delta table.")
+
+
+def refuse_non_delta_folder(target_uri: str, storage_options: dict[str, str] | None) -> None:
+    """A target that is no Delta table yet must be a new or empty folder (staged files of an
+    attempt that never committed are ours and allowed)."""
+    stray = _first_foreign_file(target_uri, storage_options)
+    if stray is not None:
+        raise SinkTargetError(
+            target_uri, f"it is a folder of files that are not a Delta table (e.g. {stray}); "
+            "the delta sink would create a _delta_log beside them and leave them untracked "
+            "(a VACUUM would delete them)",
+            "Give a new path or an empty folder as target, or convert the folder to a Delta "
+            "table first (e.g. deltalake's convert_to_deltalake).")
+
+
+def _is_object(uri: str, storage_options: dict[str, str] | None) -> bool:
+    if uri.startswith("file://"):
+        return os.path.isfile(uri[len("file://"):])
+    folder, name = split_uri(uri)
+    try:
+        obstore.head(open_store(folder, storage_options), name)
+    except (NotFoundError, FileNotFoundError):
+        return False
+    return True
+
+
+def _first_foreign_file(uri: str, storage_options: dict[str, str] | None) -> str | None:
+    """The first file under ``uri`` that neither a Delta log nor our staging explains."""
+    if uri.startswith("file://") and not os.path.isdir(uri[len("file://"):]):
+        return None  # listing through obstore would create the folder
+    for meta in list_files(uri, "", storage_options):
+        if meta["path"].split("/")[0] not in (STAGING_FOLDER, "_delta_log"):
+            return meta["path"]
+    return None
 
 
 def _arrow_schema(df: DataFrame) -> pa.Schema:

@@ -31,6 +31,9 @@ class SinkSpec:
     partition_by: tuple[str, ...] = ()
     options: dict[str, str] = field(default_factory=dict)
     app_id: str | None = None  # Delta txn appId; set by the operator for delta sinks
+    # The appId older versions of this provider gave the same DAG, task and target: its txn
+    # is the resume point while the target holds no commit of ``app_id`` yet.
+    legacy_app_id: str | None = None
     use_delta_spark: bool = False  # write with format("delta") (needs the Delta jars)
     storage_options: dict[str, str] | None = None
     merge_keys: tuple[str, ...] = ()  # the key columns of a delta-merge sink
@@ -76,6 +79,13 @@ class JobSpec:
             raise ValueError(f"{self.table_uri}: a changes job needs start_version")
         if self.mode == "snapshot" and self.snapshot_version is None:
             raise ValueError(f"{self.table_uri}: a snapshot job needs snapshot_version")
+
+    def covered_range(self) -> tuple[int, int | None]:
+        """The source versions the job writes. In a Delta sink a snapshot covers every version
+        up to its own (its commit records ``0..v``); a format sink's folder is named ``v-v``."""
+        if self.mode == "snapshot":
+            return 0 if self.sink.kind == "delta" else self.snapshot_version, self.snapshot_version
+        return self.start_version, self.end_version
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True, default=str)
@@ -145,7 +155,12 @@ class JobResult:
         )
 
 
-def stable_app_id(dag_id: str, task_id: str, target: str) -> str:
-    """The Delta ``txn`` appId of one (DAG, task, target): the same on every run and retry."""
-    digest = hashlib.sha256(f"{dag_id}\0{task_id}\0{target.rstrip('/')}".encode()).hexdigest()
+def stable_app_id(dag_id: str, task_id: str, target: str, source: str | None = None,
+                  map_index: int = -1) -> str:
+    """The Delta ``txn`` appId of one (DAG, task, map index, source, target): the same on every
+    run and retry. Without ``source``, the appId older versions used (DAG, task, target only)."""
+    parts = [dag_id, task_id, target.rstrip("/")]
+    if source is not None:
+        parts += [source.rstrip("/"), str(map_index)]
+    digest = hashlib.sha256("\0".join(parts).encode()).hexdigest()
     return f"airflow-provider-delta-{digest[:32]}"

@@ -41,7 +41,7 @@ from airflow_provider_delta.core.probe import VersionProbe
 from airflow_provider_delta.errors import InvalidParameterError
 from airflow_provider_delta.hooks.delta import DeltaHook
 from airflow_provider_delta.job import driver
-from airflow_provider_delta.job.sinks import make_sink
+from airflow_provider_delta.job.sinks import make_sink, normalised_location
 from airflow_provider_delta.job.spec import JobResult, JobSpec, SinkSpec, stable_app_id
 from airflow_provider_delta.job.storage import storage_options_env, without_storage_options
 from airflow_provider_delta.operators import parameters
@@ -138,16 +138,23 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
         return DeltaHook(self.delta_conn_id).get_storage_options()
 
     def sink_spec(self) -> SinkSpec:
-        """The sink as the driver sees it; its txn appId is stable per DAG, task and target."""
+        """The sink as the driver sees it. Its txn appId is stable per DAG, task, map index,
+        source and target; unmapped tasks also name the appId of older versions (DAG, task
+        and target) so that targets they wrote resume where they stopped."""
         if self.sink is None:
             return SinkSpec(kind="none")
         kinds = {"delta": "delta", "delta-spark": "delta", "delta-merge": "delta-merge"}
         kind = kinds.get(self.sink, "format")
+        map_index = _map_index()
+        target = normalised_location(self.target)
         return SinkSpec(
             kind=kind, path=self.target, format=self.sink if kind == "format" else "parquet",
             merge_keys=self.merge_keys,
             partition_by=self.partition_by, options=self.sink_options,
-            app_id=stable_app_id(self.dag_id, self.task_id, to_uri(self.target)),
+            app_id=stable_app_id(self.dag_id, self.task_id, target,
+                                 normalised_location(self.table_uri), map_index),
+            legacy_app_id=(stable_app_id(self.dag_id, self.task_id, to_uri(self.target))
+                           if map_index == -1 else None),
             use_delta_spark=self.sink == "delta-spark",
             storage_options=self.source_storage_options,
         )
@@ -171,15 +178,19 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
         return {}
 
     def run_request(self, context: Context, request: LoadRequest) -> JobResult:
-        """Skip what the sink holds already, validate the rest with the core, then submit."""
+        """Check the target, skip what the sink holds already (refusing overlaps), validate
+        the rest with the core, then submit. Everything before ``submit`` runs without Spark."""
         spec = self.job_spec(context, request)
-        committed = make_sink(spec.sink).committed_version()
-        if committed is not None and committed >= request.end_version:
+        sink = make_sink(spec.sink)
+        sink.check_target(self.table_uri)
+        resume = sink.first_unwritten(*spec.covered_range())
+        if resume > request.end_version:
             self.log.info("%s already holds %s up to version %s; nothing to submit",
-                          self.target, self.table_uri, committed)
+                          self.target, self.table_uri, request.end_version)
             return JobResult(self.table_uri, request.mode, request.start_version,
                              request.end_version)
-        plan = self.validate(spec, committed)
+        plan = self.validate(spec, resume)
+        sink.check_not_source(self.table_uri, plan.metadata.table_id)
         if request.mode == "changes" and not plan.files:
             self.log.info("%s: versions %s..%s add no data files; nothing to submit",
                           self.table_uri, request.start_version, request.end_version)
@@ -190,23 +201,22 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
                       len(plan), plan.total_bytes)
         return self.submit(context, spec)
 
-    def validate(self, spec: JobSpec, committed: int | None) -> core.Plan:
+    def validate(self, spec: JobSpec, resume: int) -> core.Plan:
         """Plan on the Airflow side: the core's errors surface here, before any JVM starts."""
         options = {"storage_options": spec.storage_options}
-        if spec.mode == "snapshot":
+        if spec.mode == "snapshot" and resume == spec.covered_range()[0]:
             plan = core.plan_snapshot(spec.table_uri, version=spec.snapshot_version, **options)
+        elif spec.change_feed:
+            feed = core.plan_change_feed(spec.table_uri, resume, spec.covered_range()[1],
+                                         **options)
+            self.check_merge_keys(feed.metadata, spec)
+            check_files_exist(feed.as_plan(), spec.storage_options)
+            return feed
         else:
-            start = spec.start_version if committed is None else max(spec.start_version,
-                                                                      committed + 1)
-            if spec.change_feed:
-                feed = core.plan_change_feed(spec.table_uri, start, spec.end_version, **options)
-                self.check_merge_keys(feed.metadata, spec)
-                check_files_exist(feed.as_plan(), spec.storage_options)
-                return feed
             plan = core.plan_changes(
-                spec.table_uri, start, spec.end_version, ignore_deletes=spec.ignore_deletes,
-                ignore_changes=spec.ignore_changes, skip_change_commits=spec.skip_change_commits,
-                **options,
+                spec.table_uri, resume, spec.covered_range()[1],
+                ignore_deletes=spec.ignore_deletes, ignore_changes=spec.ignore_changes,
+                skip_change_commits=spec.skip_change_commits, **options,
             )
         check_files_exist(plan, spec.storage_options)  # vacuumed files: fail here, not in Spark
         return plan
@@ -601,6 +611,16 @@ def _request(start: LoadStart, end_version: int, moves: bool) -> LoadRequest:
     if start.mode == "snapshot":
         return LoadRequest("snapshot", start.version, start.version, moves)
     return LoadRequest("changes", start.version, end_version, moves)
+
+
+def _map_index() -> int:
+    """The running task instance's map index (-1: not mapped, or not running)."""
+    from airflow.sdk import get_current_context
+
+    try:
+        return get_current_context()["ti"].map_index
+    except RuntimeError:  # outside a task run, e.g. a spec built in a test
+        return -1
 
 
 def _package_zip(folder: str) -> str:

@@ -77,14 +77,14 @@ def test_crash_at_each_step_then_rerun_loads_each_row_once(spark_local_conn, run
     run = run_dag(_dag(spark_local_conn, source, target,
                        transform="operators.transforms:fail_inside_write"))
     assert task_states(run) == {"load": "failed"}
-    assert DeltaTable(target).transaction_version(_app_id(target)) == 1
+    assert DeltaTable(target).transaction_version(_app_id(source, target)) == 1
     assert delta_rows(target) == Counter({r: n for r, n in expected.items() if r[2] < 2})
     assert watermark("wm_faults") is None
 
     # The re-run resumes at version 2; then the task dies before the watermark write.
     run = run_dag(_dag(spark_local_conn, source, target, fault="after_commit"))
     assert task_states(run) == {"load": "failed"}
-    assert DeltaTable(target).transaction_version(_app_id(target)) == 3
+    assert DeltaTable(target).transaction_version(_app_id(source, target)) == 3
     assert delta_rows(target) == expected
     assert watermark("wm_faults") is None
 
@@ -124,7 +124,7 @@ def test_first_snapshot_committed_then_crash_retry_loads_only_the_changes_after_
     assert watermark("wm_first_crash") == {source: recorded(source, 3)}
 
 
-def _app_id(target):
+def _app_id(source, target):
     from airflow_provider_delta.job.spec import stable_app_id
     from airflow_provider_delta.storage import to_uri
 

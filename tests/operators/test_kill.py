@@ -12,8 +12,8 @@ from airflow.sdk import DAG
 from deltalake import DeltaTable
 
 from airflow_provider_delta.job.sinks import STAGING_FOLDER
+from airflow_provider_delta.job.sinks import normalised_location
 from airflow_provider_delta.job.spec import stable_app_id
-from airflow_provider_delta.storage import to_uri
 from airflow_provider_delta.operators import DeltaIncrementalOperator
 
 from .conftest import SPARK_CONF, delta_rows, driver_env, four_commit_source, recorded, watermark
@@ -58,7 +58,8 @@ def test_sigkill_mid_write_then_rerun_loads_each_row_once(spark_local_conn, run_
     source, target = str(tmp_path / "source"), str(tmp_path / "target")
     marker = str(tmp_path / "killed-once")
     expected = four_commit_source(source)
-    app_id = stable_app_id("killed_load", "load", to_uri(target))
+    app_id = stable_app_id("killed_load", "load", normalised_location(target),
+                           normalised_location(source))
 
     # Batches 0 and 1 commit; the JVM is SIGKILLed while batch 2 is being written.
     run = run_dag(_dag(spark_local_conn, source, target, marker))

@@ -1,0 +1,138 @@
+"""What each Delta sink commit covers: overlaps refused, resumes and gaps loaded, one appId per
+source and map index, targets of older versions resumed, and concurrent runs committing once."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+import pytest
+from deltalake import DeltaTable, write_deltalake
+from deltalake.transaction import CommitProperties, Transaction
+
+from airflow_provider_delta.errors import SinkRangeOverlapError
+from airflow_provider_delta.job.driver import run_job
+from airflow_provider_delta.job.sinks import STAGING_FOLDER, DeltaAppendSink
+from airflow_provider_delta.job.spec import JobSpec
+from airflow_provider_delta.operators import DeltaIncrementalOperator
+
+from .conftest import append_rows, delta_rows
+
+
+def _operator(source, target, **kwargs):
+    return DeltaIncrementalOperator(task_id="load", table_uri=source, target=target,
+                                    conn_id="no_spark_needed", **kwargs)
+
+
+def _spec(source, target, start, end, **kwargs) -> JobSpec:
+    """The job spec the operator submits for versions ``start..end``."""
+    sink = _operator(source, target).sink_spec()
+    return JobSpec(table_uri=source, mode="changes", sink=sink, start_version=start,
+                   end_version=end, **kwargs)
+
+
+def _added(source, first, last) -> Counter:
+    """Rows that versions ``first..last`` of ``source`` added (appends only)."""
+    return delta_rows(source, last) - (delta_rows(source, first - 1) if first else Counter())
+
+
+def _source(path, commits) -> str:
+    for number in range(commits):
+        append_rows(str(path), [10 * number, 10 * number + 1])
+    return str(path)
+
+
+def test_backfill_inside_a_committed_range_is_refused_gaps_load(spark, tmp_path):
+    source, target = _source(tmp_path / "source", 7), str(tmp_path / "target")
+    run_job(spark, _spec(source, target, 0, 3))  # one commit covering 0..3
+
+    with pytest.raises(SinkRangeOverlapError) as error:
+        run_job(spark, _spec(source, target, 1, 2))
+    message = str(error.value)
+    assert "1..2 overlap" in message and "(0..3)" in message
+    assert "start_version=4" in message and "new target" in message
+    # The operator refuses it too, before any Spark job (no Spark connection exists here).
+    with pytest.raises(SinkRangeOverlapError):
+        _operator(source, target, start_version=2, end_version=5).execute({"run_id": "r"})
+    assert DeltaTable(target).version() == 0
+
+    run_job(spark, _spec(source, target, 5, 6))  # after a gap (version 4): loaded
+    with pytest.raises(SinkRangeOverlapError, match=r"0\.\.3, 5\.\.6|5\.\.6"):
+        run_job(spark, _spec(source, target, 4, 6))
+    run_job(spark, _spec(source, target, 4, 4))
+    again = run_job(spark, _spec(source, target, 0, 6))  # all committed: a retry writes nothing
+
+    assert again.batches == ()
+    assert delta_rows(target) == _added(source, 0, 6)
+    history = sorted(DeltaTable(target).history(), key=lambda c: c["version"])
+    assert [c["airflow_provider_delta.source_versions"] for c in history] == [
+        "0..3", "5..6", "4..4"]
+
+
+def test_two_sources_into_one_target_by_one_task_each_load_all_versions(spark, tmp_path):
+    first, second = _source(tmp_path / "a", 3), _source(tmp_path / "b", 2)
+    target = str(tmp_path / "target")
+    run_job(spark, _spec(first, target, 0, 2))
+
+    run_job(spark, _spec(second, target, 0, 1))  # the same DAG and task, another table_uri
+
+    assert delta_rows(target) == delta_rows(first) + delta_rows(second)
+
+
+def test_target_written_under_the_legacy_app_id_resumes_after_it(spark, tmp_path):
+    source, target = _source(tmp_path / "source", 4), str(tmp_path / "target")
+    legacy = _operator(source, target).sink_spec().legacy_app_id
+    # What an older version committed: versions 0..2 under the (DAG, task, target) appId.
+    write_deltalake(target, DeltaTable(source, version=2).to_pyarrow_dataset().to_table(),
+                    commit_properties=CommitProperties(
+                        app_transactions=[Transaction(legacy, 2)],
+                        custom_metadata={"airflow_provider_delta.source_versions": "0..2"}))
+
+    result = run_job(spark, _spec(source, target, 0, 3))
+
+    assert [(b.start_version, b.end_version) for b in result.batches] == [(3, 3)]
+    assert delta_rows(target) == delta_rows(source)
+
+
+class _RacingSink(DeltaAppendSink):
+    """The real sink; each run waits at the barrier once its files are staged, so both reach
+    the commit having seen the target without the other's commit."""
+
+    barrier: threading.Barrier
+
+    def _staged_add_actions(self, staging):
+        staged = super()._staged_add_actions(staging)
+        self.barrier.wait(timeout=120)
+        return staged
+
+
+def test_two_concurrent_runs_commit_a_batch_once(spark, tmp_path):
+    source, target = _source(tmp_path / "source", 3), str(tmp_path / "target")
+    run_job(spark, _spec(source, target, 0, 0))
+    spec = _spec(source, target, 1, 2)
+    _RacingSink.barrier = threading.Barrier(2)
+    frame = spark.read.parquet(*DeltaTable(source).file_uris()).where("id >= 10")
+    results, errors = [], []
+
+    def run():
+        try:
+            results.append(_RacingSink(spec.sink).write(frame, 1, 2))
+        except Exception as error:  # noqa: BLE001 - reported by the assertion below
+            errors.append(error)
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+
+    assert errors == []
+    assert sorted(r.rows for r in results) == [0, 4]
+    assert delta_rows(target) == delta_rows(source)
+    commits = [c for c in DeltaTable(target).history()
+               if c.get("airflow_provider_delta.source_versions") == "1..2"]
+    assert len(commits) == 1
+    # The run that lost dropped its staged files; the winner's are the only ones of batch 2.
+    staged = [folder for folder in (tmp_path / "target" / STAGING_FOLDER).glob(f"{2:020d}-*")
+              if any(path.is_file() for path in folder.rglob("*"))]
+    assert len(staged) == 1
