@@ -125,7 +125,8 @@ def test_first_snapshot_committed_then_crash_retry_loads_only_the_changes_after_
 
 
 def _app_id(source, target):
+    from airflow_provider_delta.job.sinks import normalised_location
     from airflow_provider_delta.job.spec import stable_app_id
-    from airflow_provider_delta.storage import to_uri
 
-    return stable_app_id("faulty_load", "load", to_uri(target))
+    return stable_app_id("faulty_load", "load", normalised_location(target),
+                         normalised_location(source))
