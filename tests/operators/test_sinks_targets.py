@@ -16,15 +16,8 @@ from airflow_provider_delta.errors import SinkTargetError
 from airflow_provider_delta.job.sinks import STAGING_FOLDER, make_sink
 from airflow_provider_delta.operators import DeltaIncrementalOperator
 
-from .conftest import append_rows, delta_rows
-
-
-@pytest.fixture
-def source(tmp_path):
-    path = str(tmp_path / "source")
-    append_rows(path, [0, 1])
-    append_rows(path, [2])
-    return path
+from .conftest import delta_rows
+from .test_bad_input import source  # noqa: F401 - the fixture: versions 0 and 1
 
 
 def _backfill(source, target):
