@@ -165,7 +165,9 @@ class DeltaAppendSink(Sink):
         Each commit records its source range; when the log's history no longer holds any of
         them (cleaned up), the txn version, which checkpoints keep, is the resume point.
         """
-        table = self._table()
+        return self._first_unwritten_in(self._table(), start, end)
+
+    def _first_unwritten_in(self, table: DeltaTable | None, start: int, end: int | None) -> int:
         if table is None:
             return start
         committed = [(first, last) for first, last, _ in _app_commits(table, self.spec.app_id)]
@@ -225,27 +227,27 @@ class DeltaAppendSink(Sink):
         adds, rows = self._staged_add_actions(staging)
         schema = _arrow_schema(df)
         for _ in range(COMMIT_ATTEMPTS):
-            done_in = self._committed_by_another_run(start_version, end_version)
-            if done_in is not None:
+            # Delta's optimistic concurrency: check the snapshot the commit builds on; a commit
+            # made since then is caught as a conflict by deltalake, and checked again here.
+            table = self._table()
+            if self._committed_by_another_run(table, start_version, end_version):
                 log.warning("%s: another run committed source versions %s..%s (target version "
                             "%s) while this one wrote them; its staged files are dropped",
-                            self.uri, start_version, end_version, done_in)
+                            self.uri, start_version, end_version, table.version())
                 self._drop_staged(staging)
-                return SinkWrite(rows=0, sink_version=done_in)
-            if self._commit(adds, schema, partition_by, start_version, end_version):
+                return SinkWrite(rows=0, sink_version=table.version())
+            if self._commit(table, adds, schema, partition_by, start_version, end_version):
                 return SinkWrite(rows=rows, sink_version=self._table().version())
         raise RuntimeError(f"{self.uri}: {COMMIT_ATTEMPTS} commits of source versions "
                            f"{start_version}..{end_version} lost to concurrent writers")
 
-    def _committed_by_another_run(self, start: int, end: int) -> int | None:
-        """The target version holding ``start..end``, if another run committed it since this
-        one looked (Delta's optimistic concurrency: check again right before committing)."""
-        resume = self.first_unwritten(start, end)
-        if resume == start:
-            return None
-        if resume <= end:  # another run committed only the first versions of this batch
+    def _committed_by_another_run(self, table: DeltaTable | None, start: int, end: int) -> bool:
+        """Whether ``table`` holds ``start..end`` already: another run committed it since this
+        one looked. Another split of the same versions is an overlap."""
+        resume = self._first_unwritten_in(table, start, end)
+        if start < resume <= end:
             raise SinkRangeOverlapError(self.uri, start, end, [(start, resume - 1)])
-        return self._table().version()
+        return resume > end
 
     def _drop_staged(self, staging: str) -> None:
         store = open_store(self.uri, self.spec.storage_options)
@@ -267,11 +269,11 @@ class DeltaAppendSink(Sink):
         ]
         return adds, sum(rows for _, _, rows in files)
 
-    def _commit(self, adds: list[AddAction], schema: pa.Schema, partition_by: list[str],
-                start_version: int, end_version: int) -> bool:
-        """One commit of ``adds`` with this app's txn; False if a concurrent commit won."""
+    def _commit(self, table: DeltaTable | None, adds: list[AddAction], schema: pa.Schema,
+                partition_by: list[str], start_version: int, end_version: int) -> bool:
+        """One commit of ``adds`` with this app's txn on top of ``table`` (None: create it);
+        False if a concurrent commit won."""
         properties = self.batch_commit_properties(start_version, end_version)
-        table = self._table()
         try:
             if table is None:
                 create_table_with_add_actions(
