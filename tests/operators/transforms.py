@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from functools import partial
 
 from pyspark.sql import functions as F
@@ -140,3 +141,54 @@ def wait_until_killed(spark, df, context):
     while os.getppid() == parent and time.monotonic() < deadline:
         time.sleep(0.2)
     os._exit(1)
+
+
+KILL_POINT_ENV = "DELTA_TEST_KILL_POINT"  # "<point>:<batch end version>:<marker file>"
+
+
+def kill_at_point(spark, df, context):
+    """SIGKILL the Spark JVM once, at batch ``end_version``: ``before_write`` (the batch's rows
+    are not written) or ``after_commit`` (right after the sink logs the batch's commit).
+
+    The marker file makes it fire once; its ``.killed`` twin receives the JVM's pid.
+    """
+    import os
+
+    out = add_batch_end(spark, df, context)
+    point, version, marker = os.environ[KILL_POINT_ENV].split(":", 2)
+    if int(version) != context["end_version"] or os.path.exists(marker):
+        return out
+    open(marker, "w").close()
+    if point == "before_write":
+        _kill_driver_jvm(f"{marker}.killed")
+    logging.getLogger("airflow_provider_delta.job.sinks").addHandler(
+        _KillOnCommit(f"{marker}.killed"))
+    return out
+
+
+def _kill_driver_jvm(report):
+    """From the driver's Python process: SIGKILL its JVM (spark-submit), then exit."""
+    import os
+    import signal
+    import time
+
+    jvm = _ancestor_named("java")
+    with open(report, "w") as out:
+        out.write(str(jvm))
+    os.kill(jvm, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while _state(jvm) not in ("Z", "X") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    os._exit(1)
+
+
+class _KillOnCommit(logging.Handler):
+    """Kills the JVM as soon as the sink logs a commit (before the driver goes on)."""
+
+    def __init__(self, report):
+        super().__init__()
+        self.report = report
+
+    def emit(self, record):
+        if record.getMessage().startswith("committed "):
+            _kill_driver_jvm(self.report)
