@@ -60,22 +60,13 @@ def _killing_at_batch_2(out, context):
 def _kill_jvm_after_first_batch(report, batches):
     """Runs in a Python worker: hand Spark's writer some rows, then SIGKILL the JVM (the
     spark-submit process: the worker's daemon's parent), recording its pid in ``report``."""
-    import os
-    import signal
     import time
 
     for batch in batches:
         yield batch
         break
     time.sleep(1)  # the writer has opened its staged Parquet file and taken the rows
-    jvm = _ancestor_named("java")
-    with open(report, "w") as out:
-        out.write(str(jvm))
-    os.kill(jvm, signal.SIGKILL)
-    deadline = time.monotonic() + 30
-    while _state(jvm) not in ("Z", "X") and time.monotonic() < deadline:
-        time.sleep(0.1)
-    os._exit(1)  # the JVM is gone; nothing reads this worker any more
+    _kill_jvm(report)
 
 
 def _ancestor_named(name):
@@ -160,14 +151,15 @@ def kill_at_point(spark, df, context):
         return out
     open(marker, "w").close()
     if point == "before_write":
-        _kill_driver_jvm(f"{marker}.killed")
+        _kill_jvm(f"{marker}.killed")
     logging.getLogger("airflow_provider_delta.job.sinks").addHandler(
         _KillOnCommit(f"{marker}.killed"))
     return out
 
 
-def _kill_driver_jvm(report):
-    """From the driver's Python process: SIGKILL its JVM (spark-submit), then exit."""
+def _kill_jvm(report):
+    """SIGKILL the nearest JVM above this Python process (spark-submit), recording its pid in
+    ``report``, then exit: nothing reads this process any more."""
     import os
     import signal
     import time
@@ -191,4 +183,4 @@ class _KillOnCommit(logging.Handler):
 
     def emit(self, record):
         if record.getMessage().startswith("committed "):
-            _kill_driver_jvm(self.report)
+            _kill_jvm(self.report)
