@@ -24,7 +24,7 @@ from urllib.parse import unquote
 import obstore
 import pyarrow as pa
 import pyarrow.parquet as pq
-from deltalake import DeltaTable, Schema
+from deltalake import DeltaTable, Field, Schema
 from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.exceptions import TableNotFoundError as DeltaTableNotFound
 from deltalake.transaction import (
@@ -56,6 +56,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 STAGING_FOLDER = "airflow_staging"
+MERGE_SCHEMA_OPTION = "mergeSchema"  # as Delta's writer option
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 # Spark's default INT96 timestamps are deprecated in Parquet and misread at the extremes
 # (0001-01-01, 9999-12-31) by other readers; set per write, so the session keeps its own conf.
@@ -199,16 +200,46 @@ class DeltaAppendSink(Sink):
         table = self._table()
         if table is None:
             return
-        wanted = _field_types(table.schema())
-        got = _field_types(Schema.from_arrow(_arrow_schema(df)))
-        if wanted != got:
-            raise SinkSchemaMismatchError(self.uri, f"target has {wanted}, rows have {got}")
+        self._new_columns(table, df)
         existing = tuple(table.metadata().partition_columns)
         if self.spec.partition_by and tuple(self.spec.partition_by) != existing:
             raise SinkSchemaMismatchError(
                 self.uri, f"target is partitioned by {list(existing)}, "
                 f"partition_by asks for {list(self.spec.partition_by)}"
             )
+
+    def _new_columns(self, table: DeltaTable, df: DataFrame) -> list[Field]:
+        """Columns of the rows that the target lacks, when ``mergeSchema`` lets them in.
+
+        Columns match by name, as Delta reads them; any other difference is refused.
+        """
+        wanted = dict(_field_types(table.schema()))
+        rows = Schema.from_arrow(_arrow_schema(df))
+        got = dict(_field_types(rows))
+        added = [f for f in rows.fields if f.name not in wanted]
+        differs = any(got.get(name) != kind for name, kind in wanted.items())
+        if differs:
+            raise SinkSchemaMismatchError(self.uri, f"target has {wanted}, rows have {got}")
+        if added and not self._merge_schema:
+            names = [f.name for f in added]
+            raise SinkSchemaMismatchError(
+                self.uri, f"the rows add column(s) {names}; set sink_options="
+                f"{{'{MERGE_SCHEMA_OPTION}': 'true'}} to add them to the target, older rows "
+                "reading null")
+        return [Field(f.name, f.type, nullable=True) for f in added]
+
+    @property
+    def _merge_schema(self) -> bool:
+        return str(self.spec.options.get(MERGE_SCHEMA_OPTION, "false")).lower() == "true"
+
+    def _add_new_columns(self, df: DataFrame) -> None:
+        """Evolve the target before staging: a run killed after this commit finds the columns
+        in place and appends its rows, so the rows still land once."""
+        table = self._table()
+        added = [] if table is None else self._new_columns(table, df)
+        if added:
+            table.alter.add_columns(added)
+            log.info("%s: added column(s) %s (mergeSchema)", self.uri, [f.name for f in added])
 
     def _partition_by(self) -> list[str]:
         table = self._table()
@@ -219,6 +250,7 @@ class DeltaAppendSink(Sink):
     def write(self, df: DataFrame | None, start_version: int, end_version: int) -> SinkWrite:
         if self.spec.use_delta_spark:
             return self._write_with_delta_spark(df, end_version)
+        self._add_new_columns(df)
         partition_by = self._partition_by()
         staging = f"{STAGING_FOLDER}/{end_version:020d}-{uuid.uuid4().hex}"
         log.info("writing batch %s..%s to %s/%s", start_version, end_version, self.uri, staging)

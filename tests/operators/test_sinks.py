@@ -110,3 +110,29 @@ def test_delta_sink_round_trips_extreme_timestamps(spark, tmp_path):
     assert delta_rows(target) == Counter(rows)
     # Only the write used TIMESTAMP_MICROS: the session keeps its own setting.
     assert spark.conf.get("spark.sql.parquet.outputTimestampType") == "INT96"
+
+
+def test_delta_sink_adds_new_columns_only_with_merge_schema(spark, tmp_path):
+    target = str(tmp_path / "target")
+    DeltaAppendSink(SinkSpec(kind="delta", path=target, app_id="app-1")).write(
+        _frame(spark, ROWS_A), 0, 0)
+    wider = spark.createDataFrame([(3, "c", None, "new")],
+                                  "id long, part string, ts timestamp, note string")
+
+    with pytest.raises(SinkSchemaMismatchError, match="mergeSchema"):
+        DeltaAppendSink(SinkSpec(kind="delta", path=target, app_id="app-1")).check(wider)
+
+    merging = DeltaAppendSink(SinkSpec(kind="delta", path=target, app_id="app-1",
+                                       options={"mergeSchema": "true"}))
+    merging.check(wider)
+    merging.write(wider, 1, 1)
+
+    assert [f.name for f in DeltaTable(target).schema().fields] == ["id", "part", "ts", "note"]
+    assert delta_rows(target) == Counter(
+        {(1, "a b", dt.datetime(2024, 1, 1, 12, tzinfo=dt.timezone.utc), None): 1,
+         (2, None, None, None): 1, (3, "c", None, "new"): 1})
+    assert merging.committed_version() == 1
+    narrower_types = spark.createDataFrame([(4, 5, None, "x")],
+                                           "id long, part int, ts timestamp, note string")
+    with pytest.raises(SinkSchemaMismatchError, match="part"):
+        merging.check(narrower_types)
