@@ -42,6 +42,8 @@ _LOCATION_ERRORS = (obstore.exceptions.UnknownConfigurationKeyError,
 _HTTP_STATUS = re.compile(r"status code: (\d{3})")
 _STORE_CODE = re.compile(r"<Code>([^<]+)</Code>")
 _RETRYABLE_CLIENT_STATUS = {408, 429}  # request timeout, throttling
+# The HTTP client refused to build the request (e.g. an http:// endpoint with allow_http off).
+_REQUEST_NOT_BUILT = "kind: Builder"
 _CREDENTIAL_WORDS = ("key", "secret", "token", "password", "sas", "credential", "service_account")
 _HEAD_THREADS = 16  # object-store HEAD requests are latency-bound
 
@@ -131,6 +133,10 @@ def storage_error(table_uri: str, exc: Exception,
         return StorageAccessError(table_uri, short_message(exc), _credentials(storage_options))
     if isinstance(exc, _LOCATION_ERRORS):
         return StorageLocationError(table_uri, short_message(exc))
+    if _REQUEST_NOT_BUILT in str(exc):
+        return StorageLocationError(
+            table_uri, "the HTTP client refused the request's URL; an http:// endpoint needs "
+            "AWS_ALLOW_HTTP=true (allow_http in the delta connection's extras)")
     status = _HTTP_STATUS.search(str(exc))
     code = int(status.group(1)) if status else None
     if code in (401, 403):

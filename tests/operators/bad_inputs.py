@@ -353,8 +353,7 @@ CASES: list[BadInput] = [
     BadInput("credentials", "an `http://` endpoint without `AWS_ALLOW_HTTP`",
              lambda s: s.incremental(table_uri="s3://lake/t", storage_options=s.s3_options(
                  AWS_ALLOW_HTTP="false")),
-             DeltaProviderError, "s3://lake/t",
-             in_progress="#12.10: still reported as transient"),
+             StorageLocationError, "needs AWS_ALLOW_HTTP=true"),
     BadInput("credentials", "a delta connection with `provider=\"s5\"`",
              lambda s: s.incremental(delta_conn_id=s.delta_connection(provider="s5")),
              DeltaProviderError, "provider 's5' is not supported"),
