@@ -261,3 +261,22 @@ class SinkRangeOverlapError(DeltaProviderError):
             table_uri=target_uri, version=start,
         )
         self.committed = committed
+
+
+class SparkConnectError(DeltaProviderError):
+    """A ``spark_connect`` connection refused the client, or cannot honour an option."""
+
+
+class SparkConnectUnavailableError(SparkConnectError):
+    """The Spark Connect server cannot be reached; a retry may find it back."""
+
+    permanent = False
+
+    def __init__(self, conn_id: str, endpoint: str, table_uri: str, what: str, detail: str):
+        super().__init__(
+            f"{table_uri}: {what} not loaded: the Spark Connect server of connection "
+            f"{conn_id!r} ({endpoint}) cannot be reached ({detail}). Start the server or fix "
+            "the connection's host and port; a retry of the task reconnects and loads only "
+            "what the target does not hold yet.",
+            table_uri=table_uri,
+        )

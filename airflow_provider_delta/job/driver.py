@@ -37,6 +37,16 @@ if TYPE_CHECKING:
 log = logging.getLogger("airflow_provider_delta.job")
 
 
+# Delta partition values and the oracle are in UTC; a local default would shift timestamps.
+_JOB_SESSION_CONFS = {"spark.sql.session.timeZone": "UTC"}
+
+
+def configure_session(spark: SparkSession) -> None:
+    """Set the runtime confs every job runs with (spark-submit and Spark Connect alike)."""
+    for key, value in _JOB_SESSION_CONFS.items():
+        spark.conf.set(key, value)
+
+
 def run_job(spark: SparkSession, spec: JobSpec) -> JobResult:
     """Run every batch of ``spec`` that the sink does not hold yet; return what was done."""
     sink = make_sink(spec.sink)
@@ -145,8 +155,7 @@ def main(argv: list[str]) -> int:
     spec_uri, result_uri = argv
     spec = with_storage_options_from(os.environ, JobSpec.from_json(read_text(spec_uri)))
     spark = SparkSession.builder.appName(f"delta-load {spec.table_uri}").getOrCreate()
-    # Delta partition values and the oracle are in UTC; a local default would shift timestamps.
-    spark.conf.set("spark.sql.session.timeZone", "UTC")
+    configure_session(spark)
     try:
         result = run_job(spark, spec)
         write_text(result_uri, result.to_json())

@@ -254,7 +254,7 @@ class DeltaAppendSink(Sink):
         partition_by = self._partition_by()
         staging = f"{STAGING_FOLDER}/{end_version:020d}-{uuid.uuid4().hex}"
         log.info("writing batch %s..%s to %s/%s", start_version, end_version, self.uri, staging)
-        df.write.mode("errorifexists").options(**PARQUET_TIMESTAMPS).partitionBy(
+        df.write.mode("error").options(**PARQUET_TIMESTAMPS).partitionBy(
             *partition_by).parquet(f"{spark_uri(self.uri)}/{staging}")
         adds, rows = self._staged_add_actions(staging)
         schema = _arrow_schema(df)

@@ -41,10 +41,12 @@ from airflow_provider_delta.core.probe import VersionProbe
 from airflow_provider_delta.errors import InvalidParameterError
 from airflow_provider_delta.hooks.delta import DeltaHook
 from airflow_provider_delta.job import driver
+from airflow_provider_delta.job.connect import ConnectJob
 from airflow_provider_delta.job.sinks import make_sink, normalised_location
 from airflow_provider_delta.job.spec import JobResult, JobSpec, SinkSpec, stable_app_id
 from airflow_provider_delta.job.storage import storage_options_env, without_storage_options
 from airflow_provider_delta.operators import parameters
+from airflow_provider_delta.operators.transport import connect_job, refuse_spark_submit_options
 from airflow_provider_delta.spark.reader import check_files_exist
 from airflow_provider_delta.storage import read_text, remove_tree, to_uri, write_text
 from airflow_provider_delta.watermarks import (
@@ -81,6 +83,7 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
 
     template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "table_uri", "sql")
     _job_dir: str | None = None  # this try's job folder while its job runs
+    _connect_job: ConnectJob | None = None  # the running Spark Connect job, for on_kill
 
     def __init__(
         self,
@@ -236,6 +239,9 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
     def submit(self, context: Context, spec: JobSpec) -> JobResult:
         """Write the spec, run the driver through spark-submit, read its result; the job's
         files are deleted however the task ends."""
+        job = connect_job(self._conn_id)
+        if job is not None:
+            return self.run_on_connect(job, spec)
         self.check_submittable()
         # Private (0700); holds the spec and result unless work_dir is given, and the zip.
         self._scratch_dir = tempfile.mkdtemp(prefix="delta-job-")
@@ -276,7 +282,19 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
             super().execute(context)
         finally:
             self.env_vars = submitted_env
-        result = JobResult.from_json(read_text(f"{self._result_dir(context)}/result.json"))
+        return self._log_done(JobResult.from_json(
+            read_text(f"{self._result_dir(context)}/result.json")))
+
+    def run_on_connect(self, job: ConnectJob, spec: JobSpec) -> JobResult:
+        """Run the job module in this process on the task's own Spark Connect session."""
+        refuse_spark_submit_options(self, self._conn_id, spec)
+        self._connect_job = job
+        try:
+            return self._log_done(job.run(spec, self.conf))
+        finally:
+            self._connect_job = None
+
+    def _log_done(self, result: JobResult) -> JobResult:
         self.log.info("job done: %d batch(es), %s row(s) written, sink version %s",
                       len(result.batches), result.rows, result.sink_version)
         return result
@@ -307,6 +325,9 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
         self._job_dir = None
 
     def on_kill(self) -> None:
+        if self._connect_job is not None:
+            self._connect_job.interrupt()
+            return
         try:
             super().on_kill()
         finally:

@@ -52,6 +52,46 @@ def private_tmp(tmp_path, monkeypatch):
     return folder
 
 
+CONNECT_TOKEN = "connect-token-4242"  # distinctive, so tests can prove it never reaches a log
+# Not UTC, so a task that forgot to set its session's time zone, or a conf that leaked from one
+# session to the next, shows.
+CONNECT_SERVER_TIME_ZONE = "America/New_York"
+
+
+@pytest.fixture(scope="session")
+def connect_server(tmp_path_factory):
+    """One Spark Connect server (local[2]) for the run, with a token; stopped by its PID."""
+    from dags_examples.local_connect_server import LocalConnectServer
+
+    log = tmp_path_factory.mktemp("connect") / "server.log"
+    server = LocalConnectServer(log, token=CONNECT_TOKEN, confs={
+        "spark.sql.session.timeZone": CONNECT_SERVER_TIME_ZONE,
+        "spark.sql.shuffle.partitions": "2", "spark.driver.memory": "1g",
+        "spark.log.level": "WARN",
+    })
+    with server:
+        yield server
+
+
+def connect_connection(monkeypatch, server, conn_id: str = "spark_connect_test",
+                       token: str = CONNECT_TOKEN) -> str:
+    """A ``spark_connect`` Airflow connection to ``server`` (an environment variable)."""
+    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps({
+        "conn_type": "spark_connect", "host": "localhost", "port": server.port,
+        "password": token,
+    }))
+    return conn_id
+
+
+@pytest.fixture(params=["spark-submit", "spark-connect"])
+def spark_transport(request, monkeypatch):
+    """Operator keywords running the load through spark-submit (``local[2]``) or Spark Connect."""
+    if request.param == "spark-submit":
+        conn_id = request.getfixturevalue("spark_local_conn")
+        return {"conn_id": conn_id, "conf": SPARK_CONF, "env_vars": driver_env()}
+    return {"conn_id": connect_connection(monkeypatch, request.getfixturevalue("connect_server"))}
+
+
 def driver_env() -> dict[str, str]:
     """Lets the driver import test transforms (``operators.transforms``)."""
     return {"PYTHONPATH": str(TESTS_DIR.parent)}
@@ -80,6 +120,16 @@ def four_commit_source(source: str) -> Counter:
 def recorded(table_uri: str, version: int) -> dict:
     """The watermark the operator records: the version and the table's id (``metaData.id``)."""
     return {"version": version, "table_id": DeltaTable(table_uri).metadata().id}
+
+
+def forget_watermark(key: str) -> None:
+    """Delete the watermarks stored under ``key``: a test run once per transport starts clean."""
+    from airflow.models import Variable
+    from airflow.utils.session import create_session
+    from sqlalchemy import delete
+
+    with create_session() as session:
+        session.execute(delete(Variable).where(Variable.key.startswith(f"{key}:")))
 
 
 def watermark(key: str) -> dict | None:

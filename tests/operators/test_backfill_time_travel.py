@@ -13,7 +13,7 @@ from airflow.sdk import DAG, Param
 
 from airflow_provider_delta.operators import DeltaIncrementalOperator, DeltaTimeTravelOperator
 
-from .conftest import SPARK_CONF, append_rows, delta_rows, watermark
+from .conftest import append_rows, delta_rows, watermark
 
 pytestmark = pytest.mark.slow
 
@@ -30,12 +30,12 @@ def _source(path: Path) -> str:
     return str(path)
 
 
-def test_backfill_and_time_travel(spark_local_conn, run_dag, xcom_value, task_states, tmp_path):
+def test_backfill_and_time_travel(spark_transport, run_dag, xcom_value, task_states, tmp_path):
     source = _source(tmp_path / "source")
     targets = {name: str(tmp_path / name) for name in ("backfill", "by_version", "by_time")}
     with DAG("backfill_and_time_travel", schedule=None,
              params={"start": Param(1, type="integer"), "end": Param(2, type="integer")}) as dag:
-        common = {"table_uri": source, "conn_id": spark_local_conn, "conf": SPARK_CONF}
+        common = {"table_uri": source, **spark_transport}
         DeltaIncrementalOperator(
             task_id="backfill", target=targets["backfill"], start_version="{{ params.start }}",
             end_version="{{ params.end }}", watermark_store="variable", watermark_key="wm_bf",

@@ -11,10 +11,9 @@ from deltalake import DeltaTable
 from airflow_provider_delta.operators import DeltaIncrementalOperator
 
 from .conftest import (
-    SPARK_CONF,
     append_rows,
     delta_rows,
-    driver_env,
+    forget_watermark,
     four_commit_source,
     recorded,
     watermark,
@@ -52,29 +51,30 @@ def _failing_write(context, version, table_id=None):
     raise Crash("the watermark store failed while writing")
 
 
-def _dag(conn_id, source, target, *, fault=None, transform="operators.transforms:add_batch_end",
+def _dag(transport, source, target, *, fault=None, transform="operators.transforms:add_batch_end",
          initial="earliest", watermark_key="wm_faults"):
     with DAG("faulty_load", schedule=None) as dag:
         FaultyLoad(
-            task_id="load", table_uri=source, target=target, conn_id=conn_id, conf=SPARK_CONF,
+            task_id="load", table_uri=source, target=target, **transport,
             watermark_store="variable", watermark_key=watermark_key, initial=initial,
-            max_files=1, transform=transform, env_vars=driver_env(), fault=fault,
+            max_files=1, transform=transform, fault=fault,
         )
     return dag
 
 
-def test_crash_at_each_step_then_rerun_loads_each_row_once(spark_local_conn, run_dag, xcom_value,
+def test_crash_at_each_step_then_rerun_loads_each_row_once(spark_transport, run_dag, xcom_value,
                                                           task_states, tmp_path):
     source, target = str(tmp_path / "source"), str(tmp_path / "target")
     expected = four_commit_source(source)
     assert sum(expected.values()) == 8
+    forget_watermark("wm_faults")
 
-    run = run_dag(_dag(spark_local_conn, source, target, fault="before_submit"))
+    run = run_dag(_dag(spark_transport, source, target, fault="before_submit"))
     assert task_states(run) == {"load": "failed"}
     assert not (tmp_path / "target").exists() and watermark("wm_faults") is None
 
     # Batch 2 (id 6) fails inside the Spark write: batches 0 and 1 are committed, 2 is not.
-    run = run_dag(_dag(spark_local_conn, source, target,
+    run = run_dag(_dag(spark_transport, source, target,
                        transform="operators.transforms:fail_inside_write"))
     assert task_states(run) == {"load": "failed"}
     assert DeltaTable(target).transaction_version(_app_id(source, target)) == 1
@@ -82,18 +82,18 @@ def test_crash_at_each_step_then_rerun_loads_each_row_once(spark_local_conn, run
     assert watermark("wm_faults") is None
 
     # The re-run resumes at version 2; then the task dies before the watermark write.
-    run = run_dag(_dag(spark_local_conn, source, target, fault="after_commit"))
+    run = run_dag(_dag(spark_transport, source, target, fault="after_commit"))
     assert task_states(run) == {"load": "failed"}
     assert DeltaTable(target).transaction_version(_app_id(source, target)) == 3
     assert delta_rows(target) == expected
     assert watermark("wm_faults") is None
 
     # Everything is committed: no Spark job, and the watermark write itself fails.
-    run = run_dag(_dag(spark_local_conn, source, target, fault="during_watermark_write"))
+    run = run_dag(_dag(spark_transport, source, target, fault="during_watermark_write"))
     assert task_states(run) == {"load": "failed"}
     assert watermark("wm_faults") is None
 
-    run = run_dag(_dag(spark_local_conn, source, target))
+    run = run_dag(_dag(spark_transport, source, target))
     assert task_states(run) == {"load": "success"}
     assert xcom_value(run, "load")["batches"] == []
     assert watermark("wm_faults") == {source: recorded(source, 3)}
@@ -101,21 +101,22 @@ def test_crash_at_each_step_then_rerun_loads_each_row_once(spark_local_conn, run
 
 
 def test_first_snapshot_committed_then_crash_retry_loads_only_the_changes_after_it(
-    spark_local_conn, run_dag, xcom_value, task_states, tmp_path
+    spark_transport, run_dag, xcom_value, task_states, tmp_path
 ):
     """initial="snapshot" commits the snapshot, dies before the watermark; the source moves on
     by two commits: the retry continues after the sink's txn instead of a second snapshot."""
     source, target = str(tmp_path / "source"), str(tmp_path / "target")
     append_rows(source, [0, 1, 2])
     append_rows(source, [3, 4])
-    crashed = run_dag(_dag(spark_local_conn, source, target, fault="after_commit",
+    forget_watermark("wm_first_crash")
+    crashed = run_dag(_dag(spark_transport, source, target, fault="after_commit",
                            initial="snapshot", watermark_key="wm_first_crash", transform=None))
     assert task_states(crashed) == {"load": "failed"}
     assert delta_rows(target) == delta_rows(source) and watermark("wm_first_crash") is None
 
     append_rows(source, [5, 6])
     append_rows(source, [7])
-    retry = run_dag(_dag(spark_local_conn, source, target, initial="snapshot",
+    retry = run_dag(_dag(spark_transport, source, target, initial="snapshot",
                          watermark_key="wm_first_crash", transform=None))
     assert task_states(retry) == {"load": "success"}
     result = xcom_value(retry, "load")

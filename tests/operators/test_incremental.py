@@ -1,4 +1,4 @@
-"""End to end: DAGs run with dag.test() on SQLite, loads submitted with real spark-submit."""
+"""End to end: DAGs run with dag.test() on SQLite, loads through spark-submit or Spark Connect."""
 
 from __future__ import annotations
 
@@ -10,27 +10,28 @@ from airflow.sdk import DAG
 from airflow_provider_delta.operators import DeltaIncrementalOperator
 from airflow_provider_delta.sensors import DeltaVersionSensor
 
-from .conftest import SPARK_CONF, append_rows, delta_rows, driver_env, recorded, watermark
+from .conftest import SPARK_CONF, append_rows, delta_rows, forget_watermark, recorded, watermark
 
 pytestmark = pytest.mark.slow
 
 
-def _incremental(conn_id, source, target, **kwargs):
+def _incremental(transport, source, target, **kwargs):
     with DAG("incremental_load", schedule=None) as dag:
         DeltaIncrementalOperator(
-            task_id="load", table_uri=source, target=target, conn_id=conn_id, conf=SPARK_CONF,
-            watermark_store="variable", watermark_key="wm_incremental",
-            transform="operators.transforms:add_batch_end", env_vars=driver_env(), **kwargs,
+            task_id="load", table_uri=source, target=target, watermark_store="variable",
+            watermark_key="wm_incremental", transform="operators.transforms:add_batch_end",
+            **transport, **kwargs,
         )
     return dag
 
 
-def test_first_run_snapshot_then_only_new_versions(spark_local_conn, run_dag, xcom_value,
+def test_first_run_snapshot_then_only_new_versions(spark_transport, run_dag, xcom_value,
                                                    task_states, tmp_path):
     source, target = str(tmp_path / "source"), str(tmp_path / "target")
     append_rows(source, [0, 1, 2])
     append_rows(source, [3, 4])
-    dag = _incremental(spark_local_conn, source, target, max_files=1, partition_by=["batch_end"])
+    dag = _incremental(spark_transport, source, target, max_files=1, partition_by=["batch_end"])
+    forget_watermark("wm_incremental")
 
     first = run_dag(dag)
     assert task_states(first) == {"load": "success"}

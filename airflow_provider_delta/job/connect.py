@@ -1,0 +1,146 @@
+"""The Spark Connect transport: the job module run in the task's own process on a remote session.
+
+On a ``spark_connect`` connection nothing is submitted: the task opens a Spark Connect session
+and calls :func:`~airflow_provider_delta.job.driver.run_job` itself, so planning, reading, the
+sinks and the exactly-once rules are the same code as under ``spark-submit``. Each task gets a
+session of its own (created, never the process's default one), so the confs it sets end with
+it; ``stop()`` releases it on the server; :meth:`ConnectJob.interrupt` cancels its operations.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+from urllib.parse import urlparse
+
+from airflow_provider_delta.errors import SparkConnectError, SparkConnectUnavailableError
+from airflow_provider_delta.job.driver import configure_session, run_job
+from airflow_provider_delta.job.spec import JobResult, JobSpec
+
+if TYPE_CHECKING:
+    from pyspark.sql.connect.session import SparkSession
+
+log = logging.getLogger(__name__)
+
+# pyspark.sql.functions build Connect columns only while this is set (pyspark's is_remote()).
+_CONNECT_MODE = "SPARK_CONNECT_MODE_ENABLED"
+# Retries while a session opens and is released: a server that is down fails the task within
+# seconds, not after the client's default ten minutes; the task's own retries take over.
+_FAIL_FAST_RETRIES = 4
+_UNREACHABLE = ("UNAVAILABLE", "DEADLINE_EXCEEDED")
+_REFUSED = ("UNAUTHENTICATED", "PERMISSION_DENIED")
+
+
+class ConnectJob:
+    """One task's job on a Spark Connect server; ``interrupt`` may be called from any thread."""
+
+    def __init__(self, url: str, conn_id: str):
+        self.url = url
+        self.conn_id = conn_id
+        self.endpoint = urlparse(url).netloc  # host:port, never the token
+        self._session: SparkSession | None = None
+        self._lock = threading.Lock()
+
+    def run(self, spec: JobSpec, confs: Mapping[str, str] | None = None) -> JobResult:
+        """Run ``spec`` on a new session with ``confs`` (runtime confs of this task only)."""
+        from pyspark.errors.exceptions.connect import SparkConnectGrpcException
+
+        try:
+            with _connect_mode(), self._session_for_task(spec, confs or {}) as spark:
+                return run_job(spark, spec)
+        except SparkConnectGrpcException as error:
+            translated = self._translated(error, spec)
+            if translated is None:
+                raise
+            raise translated from error
+
+    def interrupt(self) -> None:
+        """Cancel every running operation of the task's session (its only user)."""
+        with self._lock:
+            session = self._session
+        if session is not None:
+            interrupted = session.interruptAll()
+            log.info("interrupted %d Spark Connect operation(s) on %s", len(interrupted),
+                     self.endpoint)
+
+    @contextmanager
+    def _session_for_task(self, spec: JobSpec, confs: Mapping[str, str]) -> Iterator[SparkSession]:
+        from pyspark.sql.connect.session import SparkSession
+
+        session = SparkSession.builder.remote(self.url).create()
+        defaults = session.client.get_retry_policies()
+        _fail_fast(session)
+        try:
+            self._configure(session, spec, confs)
+            session.client.set_retry_policies(defaults)
+            with self._lock:
+                self._session = session
+            log.info("Spark Connect session %s on %s (connection %r)", session.session_id,
+                     self.endpoint, self.conn_id)
+            yield session
+        finally:
+            with self._lock:
+                self._session = None
+            _fail_fast(session)  # the release is best effort: the server expires idle sessions
+            session.stop()  # releases the session and its confs on the server
+
+    def _configure(self, session: SparkSession, spec: JobSpec, confs: Mapping[str, str]) -> None:
+        """The task's confs, then the job's own (UTC): the first calls to the server."""
+        from pyspark.errors import AnalysisException
+
+        for key, value in confs.items():
+            try:
+                session.conf.set(key, value)
+            except AnalysisException as error:
+                raise SparkConnectError(
+                    f"{spec.table_uri}: {_what(spec)} not loaded: conf {key!r} cannot be set on "
+                    f"a Spark Connect session of connection {self.conn_id!r} "
+                    f"({error.getCondition()}); set it on the server, or drop it from the "
+                    "operator's conf (only runtime SQL confs apply per task)",
+                    table_uri=spec.table_uri,
+                ) from error
+        configure_session(session)
+
+    def _translated(self, error: Exception, spec: JobSpec) -> SparkConnectError | None:
+        code = getattr(error.getGrpcStatusCode(), "name", "")
+        if code in _UNREACHABLE:
+            return SparkConnectUnavailableError(self.conn_id, self.endpoint, spec.table_uri,
+                                                _what(spec), code)
+        if code in _REFUSED:
+            return SparkConnectError(
+                f"{spec.table_uri}: {_what(spec)} not loaded: the Spark Connect server of "
+                f"connection {self.conn_id!r} ({self.endpoint}) refused the client ({code}); "
+                "fix the connection's token (password) or user id (login)",
+                table_uri=spec.table_uri,
+            )
+        return None
+
+
+def _fail_fast(session: SparkSession) -> None:
+    from pyspark.sql.connect.client.retries import DefaultPolicy
+
+    session.client.set_retry_policies([DefaultPolicy(max_retries=_FAIL_FAST_RETRIES)])
+
+
+def _what(spec: JobSpec) -> str:
+    if spec.mode == "snapshot":
+        return f"the snapshot at version {spec.snapshot_version}"
+    return f"versions {spec.start_version}..{spec.end_version}"
+
+
+@contextmanager
+def _connect_mode() -> Iterator[None]:
+    """Let ``pyspark.sql.functions`` (ours and the transform's) build Connect columns."""
+    before = os.environ.get(_CONNECT_MODE)
+    os.environ[_CONNECT_MODE] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(_CONNECT_MODE, None)
+        else:
+            os.environ[_CONNECT_MODE] = before

@@ -1,0 +1,54 @@
+"""Which transport runs a load: ``spark-submit``, or Spark Connect for a ``spark_connect`` conn_id.
+
+The Spark Connect URL comes from the Spark provider's :class:`SparkConnectHook` (host, port,
+token, user id, TLS); its token is registered with the secrets masker before anything can log
+it. Options that only mean something to ``spark-submit`` (they ship code, files or environment
+to a driver process that does not exist here) are refused rather than silently ignored.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+from airflow.sdk import BaseHook
+
+from airflow_provider_delta.errors import SparkConnectError
+from airflow_provider_delta.job.connect import ConnectJob
+
+if TYPE_CHECKING:
+    from airflow_provider_delta.job.spec import JobSpec
+
+# Operator attribute -> the parameter a DAG author sets.
+_SPARK_SUBMIT_ONLY = {
+    "ship_package": "ship_package", "py_files": "py_files", "files": "files",
+    "_archives": "archives", "jars": "jars", "packages": "packages", "env_vars": "env_vars",
+}
+
+
+def connect_job(conn_id: str) -> ConnectJob | None:
+    """A :class:`ConnectJob` when ``conn_id`` is a ``spark_connect`` connection, else None."""
+    connection = BaseHook.get_connection(conn_id)
+    if connection.conn_type != SparkConnectHook.conn_type:
+        return None
+    if connection.password:
+        from airflow.sdk.log import mask_secret
+
+        mask_secret(connection.password)
+        mask_secret(quote(connection.password))  # as it appears inside the URL
+    return ConnectJob(SparkConnectHook(conn_id).get_connection_url(), conn_id)
+
+
+def refuse_spark_submit_options(operator: Any, conn_id: str, spec: JobSpec) -> None:
+    """Fail, naming the parameter, when the operator sets an option only spark-submit has."""
+    given = [name for attribute, name in _SPARK_SUBMIT_ONLY.items()
+             if getattr(operator, attribute, None)]
+    if given:
+        raise SparkConnectError(
+            f"{spec.table_uri}: {operator.task_id} sets {', '.join(given)}, which only "
+            f"spark-submit uses, but connection {conn_id!r} is a spark_connect "
+            "connection: the job runs in the task's own process. Install the code the transform "
+            "needs on the worker and drop these parameters, or use a spark connection.",
+            table_uri=spec.table_uri,
+        )
