@@ -68,17 +68,17 @@ def connect_server(tmp_path_factory):
         "spark.sql.session.timeZone": CONNECT_SERVER_TIME_ZONE,
         "spark.sql.shuffle.partitions": "2", "spark.driver.memory": "1g",
         "spark.log.level": "WARN",
+        "spark.driver.extraJavaOptions": SPARK_CONF["spark.driver.extraJavaOptions"],
     })
     with server:
         yield server
 
 
-def connect_connection(monkeypatch, server, conn_id: str = "spark_connect_test",
+def connect_connection(monkeypatch, port: int, conn_id: str = "spark_connect_test",
                        token: str = CONNECT_TOKEN) -> str:
-    """A ``spark_connect`` Airflow connection to ``server`` (an environment variable)."""
+    """A ``spark_connect`` Airflow connection to ``localhost:port`` (an environment variable)."""
     monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps({
-        "conn_type": "spark_connect", "host": "localhost", "port": server.port,
-        "password": token,
+        "conn_type": "spark_connect", "host": "localhost", "port": port, "password": token,
     }))
     return conn_id
 
@@ -89,7 +89,8 @@ def spark_transport(request, monkeypatch):
     if request.param == "spark-submit":
         conn_id = request.getfixturevalue("spark_local_conn")
         return {"conn_id": conn_id, "conf": SPARK_CONF, "env_vars": driver_env()}
-    return {"conn_id": connect_connection(monkeypatch, request.getfixturevalue("connect_server"))}
+    server = request.getfixturevalue("connect_server")
+    return {"conn_id": connect_connection(monkeypatch, server.port)}
 
 
 def driver_env() -> dict[str, str]:

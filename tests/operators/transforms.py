@@ -184,3 +184,18 @@ class _KillOnCommit(logging.Handler):
     def emit(self, record):
         if record.getMessage().startswith("committed "):
             _kill_jvm(self.report)
+
+
+SESSION_COLUMNS = ("session_id", "time_zone", "shuffle_partitions")
+
+
+def record_session(spark, df, context):
+    """One row per batch: the Spark Connect session that ran it and the confs it ran with."""
+    values = (spark.session_id, spark.conf.get("spark.sql.session.timeZone"),
+              spark.conf.get("spark.sql.shuffle.partitions"))
+    return df.limit(1).select(*[F.lit(v).alias(c) for c, v in zip(SESSION_COLUMNS, values)])
+
+
+def run_for_hours(spark, df, context):
+    """Rows that take hours to write: the job is still running when the test kills it."""
+    return df.crossJoin(spark.range(10**12).withColumnRenamed("id", "n"))
