@@ -13,6 +13,7 @@ from urllib.parse import quote
 
 from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
 from airflow.sdk import BaseHook
+from airflow.sdk.exceptions import AirflowNotFoundException
 
 from airflow_provider_delta.errors import SparkConnectError
 from airflow_provider_delta.job.connect import ConnectJob
@@ -29,7 +30,10 @@ _SPARK_SUBMIT_ONLY = {
 
 def connect_job(conn_id: str) -> ConnectJob | None:
     """A :class:`ConnectJob` when ``conn_id`` is a ``spark_connect`` connection, else None."""
-    connection = BaseHook.get_connection(conn_id)
+    try:
+        connection = BaseHook.get_connection(conn_id)
+    except AirflowNotFoundException:
+        return None  # spark-submit then applies its own default, as SparkSubmitHook does
     if connection.conn_type != SparkConnectHook.conn_type:
         return None
     if connection.password:

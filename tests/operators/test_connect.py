@@ -14,7 +14,9 @@ import pytest
 from airflow.sdk import DAG
 
 from airflow_provider_delta.errors import SparkConnectError, SparkConnectUnavailableError
+from airflow_provider_delta.job.connect import ConnectJob
 from airflow_provider_delta.operators import DeltaIncrementalOperator, DeltaTimeTravelOperator
+from airflow_provider_delta.operators.transport import connect_job
 
 from .conftest import (
     CONNECT_SERVER_TIME_ZONE,
@@ -164,6 +166,13 @@ def test_what_connect_cannot_honour_is_refused_by_name(connect_server, monkeypat
             operator.execute({"run_id": "manual__refused"})
         assert source in str(caught.value) and "not-the-token" not in str(caught.value)
     assert not os.path.exists(target)
+
+
+def test_only_a_spark_connect_connection_takes_the_connect_path(monkeypatch, spark_local_conn):
+    assert isinstance(connect_job(connect_connection(monkeypatch, 15002)), ConnectJob)
+    assert connect_job(spark_local_conn) is None
+    # An unknown conn_id keeps spark-submit's own fallback instead of failing the lookup.
+    assert connect_job("no_such_connection") is None
 
 
 def test_on_kill_interrupts_the_running_job(connect_server, monkeypatch, source, tmp_path):
