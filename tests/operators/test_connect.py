@@ -202,3 +202,10 @@ def test_on_kill_interrupts_the_running_job(connect_server, monkeypatch, source,
     assert not task.is_alive() and time.monotonic() - killed_at < 30
     assert failure and "OPERATION_CANCELED" in str(failure[0])
     assert not (target / "_delta_log").exists()
+    # The cancelled tasks are gone: the server runs the next job at once.
+    check = _remote_session(connect_server.port)
+    try:
+        started = time.monotonic()
+        assert check.range(100).count() == 100 and time.monotonic() - started < 30
+    finally:
+        check.stop()

@@ -197,5 +197,16 @@ def record_session(spark, df, context):
 
 
 def run_for_hours(spark, df, context):
-    """Rows that take hours to write: the job is still running when the test kills it."""
-    return df.crossJoin(spark.range(10**12).withColumnRenamed("id", "n"))
+    """Rows that take an hour each to write: the job is still running when the test kills it.
+
+    A Python UDF: a cancelled task ends its Python worker, so the server's cores are free
+    again (a JVM-only tight loop would keep running after the cancel).
+    """
+
+    def slow(value):
+        import time
+
+        time.sleep(3600)
+        return value
+
+    return df.withColumn("id", F.udf(slow, LongType())("id"))
