@@ -5,6 +5,10 @@ SQLite metadata DB, a Delta source table written with ``deltalake``, and a Delta
 The DAG is sensor -> incremental load -> watermark, the load a real ``spark-submit`` to
 ``local[2]``. It runs twice: the first run loads versions 0..1, then two more commits arrive
 and the second run loads only versions 2..3.
+
+With ``--connect`` (``bash scripts/dev.sh demo --connect``) the same DAG runs on a Spark Connect
+server that the demo starts on 127.0.0.1 from the pyspark wheel and stops by its PID at the end:
+the connection ``spark_demo`` is then of type ``spark_connect``, and nothing is submitted.
 """
 
 from __future__ import annotations
@@ -52,7 +56,15 @@ def append_orders(first_id: int, count: int) -> int:
     return DeltaTable(str(SOURCE)).version()
 
 
-def build_dag():
+SPARK_SUBMIT_CONF = {
+    "spark.ui.enabled": "false", "spark.log.level": "WARN", "spark.sql.shuffle.partitions": "2",
+    # a short job: C1-only JIT and the serial GC start the JVM faster
+    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+}
+CONNECT_CONF = {"spark.sql.shuffle.partitions": "2"}  # a session takes runtime confs only
+
+
+def build_dag(conf: dict[str, str]):
     from airflow.sdk import DAG
 
     from airflow_provider_delta.operators import DeltaIncrementalOperator
@@ -68,12 +80,7 @@ def build_dag():
             task_id="load", table_uri=str(SOURCE), sensor_task_id="new_versions",
             target=str(TARGET), partition_by=["country"],
             sql="select order_id, amount, country, amount * 0.2 as tax from changes",
-            conn_id="spark_demo",
-            conf={"spark.ui.enabled": "false", "spark.log.level": "WARN",
-                  "spark.sql.shuffle.partitions": "2",
-                  # a short job: C1-only JIT and the serial GC start the JVM faster
-                  "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"},
-            **watermark,
+            conn_id="spark_demo", conf=conf, **watermark,
         )
         new_versions >> load
     return dag
@@ -115,8 +122,22 @@ def report(title: str, result: dict) -> None:
     print(f"watermark ({WATERMARK_VARIABLE}): {Variable.get(WATERMARK_VARIABLE)}\n")
 
 
-def main() -> None:
+def main(argv: list[str]) -> None:
     prepare_environment()
+    if "--connect" not in argv:
+        run_demo(SPARK_SUBMIT_CONF)
+        return
+    from dags_examples.local_connect_server import LocalConnectServer
+
+    with LocalConnectServer(DEMO_DIR / "connect-server.log") as server:
+        print(f"Spark Connect server on 127.0.0.1:{server.port}, PID {server.process.pid}")
+        os.environ["AIRFLOW_CONN_SPARK_DEMO"] = json.dumps(
+            {"conn_type": "spark_connect", "host": "localhost", "port": server.port})
+        run_demo(CONNECT_CONF)
+    print(f"Spark Connect server PID {server.process.pid} stopped")
+
+
+def run_demo(conf: dict[str, str]) -> None:
     from airflow.dag_processing.bundles.manager import DagBundlesManager
     from airflow.utils import db
 
@@ -124,7 +145,7 @@ def main() -> None:
     DagBundlesManager().sync_bundles_to_db()
     append_orders(0, 5)
     append_orders(5, 3)
-    dag = build_dag()
+    dag = build_dag(conf)
     today = datetime.now(timezone.utc).replace(microsecond=0)
 
     report("run 1: first load (versions 0..1)", run_once(dag, today))
@@ -134,4 +155,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

@@ -16,7 +16,8 @@ case "${1:-}" in
     setup) setup ;;
     demo)
         setup
-        .venv/bin/python -m dags_examples.demo
+        shift
+        .venv/bin/python -m dags_examples.demo "$@"  # --connect: on a local Spark Connect server
         ;;
     test)
         setup
@@ -24,7 +25,7 @@ case "${1:-}" in
         .venv/bin/python -m pytest "$@"
         ;;
     *)
-        echo "usage: bash scripts/dev.sh {setup|demo|test [pytest args]}" >&2
+        echo "usage: bash scripts/dev.sh {setup|demo [--connect]|test [pytest args]}" >&2
         exit 2
         ;;
 esac
