@@ -33,7 +33,7 @@ def connect_job(conn_id: str) -> ConnectJob | None:
     try:
         connection = BaseHook.get_connection(conn_id)
     except AirflowNotFoundException:
-        return None  # spark-submit then applies its own default, as SparkSubmitHook does
+        return None  # the spark-submit path reports a missing connection itself
     if connection.conn_type != SparkConnectHook.conn_type:
         return None
     if connection.password:

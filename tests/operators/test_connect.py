@@ -171,7 +171,7 @@ def test_what_connect_cannot_honour_is_refused_by_name(connect_server, monkeypat
 def test_only_a_spark_connect_connection_takes_the_connect_path(monkeypatch, spark_local_conn):
     assert isinstance(connect_job(connect_connection(monkeypatch, 15002)), ConnectJob)
     assert connect_job(spark_local_conn) is None
-    # An unknown conn_id keeps spark-submit's own fallback instead of failing the lookup.
+    # An unknown conn_id is left to the spark-submit path, which names it in its error.
     assert connect_job("no_such_connection") is None
 
 
