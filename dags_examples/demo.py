@@ -109,6 +109,8 @@ def report(title: str, result: dict) -> None:
     from airflow.models import Variable
     from deltalake import DeltaTable, QueryBuilder
 
+    from airflow_provider_delta.watermarks import VariableWatermarkStore
+
     target = DeltaTable(str(TARGET))
     total = QueryBuilder().register("t", target).execute("select count(*) as n from t")
     print(f"\n=== {title} ===")
@@ -119,7 +121,8 @@ def report(title: str, result: dict) -> None:
               f"row(s) as target version {batch['sink_version']}")
     print(f"target {TARGET}: version {target.version()}, "
           f"{total.read_all().column(0).to_pylist()[0]} rows in total")
-    print(f"watermark ({WATERMARK_VARIABLE}): {Variable.get(WATERMARK_VARIABLE)}\n")
+    variable = VariableWatermarkStore(key=WATERMARK_VARIABLE, table_uri=str(SOURCE)).variable
+    print(f"watermark (Variable {variable}): {Variable.get(variable)}\n")
 
 
 def main(argv: list[str]) -> None:
