@@ -98,3 +98,26 @@ def test_key_not_in_source_and_dropped_column_fail_before_spark(tmp_path):
     with pytest.raises(SchemaChangeError, match="column 'v' was dropped"):
         _run(across_drop)
     assert not os.path.exists(target)
+
+
+@pytest.mark.slow
+def test_merge_load_gives_the_same_target_on_both_transports(spark_transport, run_dag,
+                                                             task_states, tmp_path):
+    source, target = str(tmp_path / "source"), str(tmp_path / "target")
+    write_deltalake(source, _rows([0, 1, 2, 3], "a"))
+    with DAG("change_feed_transports", schedule=None) as dag:
+        DeltaIncrementalOperator(
+            task_id="load", table_uri=source, target=target, watermark_store="variable",
+            watermark_key="wm_feed_transport", initial="earliest", change_feed=True,
+            sink="delta-merge", merge_keys=["id"], max_files=1, **spark_transport)
+    assert task_states(run_dag(dag)) == {"load": "success"}
+    assert delta_rows(target) == delta_rows(source)
+
+    table = DeltaTable(source)
+    write_deltalake(source, _rows([4, 5], "b"), mode="append")
+    table.update(updates={"v": "'updated'"}, predicate="id < 2")
+    table.delete("id = 3")
+    (table.merge(_rows([4, 9], "m"), "t.id = s.id", source_alias="s", target_alias="t")
+     .when_matched_update_all().when_not_matched_insert_all().execute())
+    assert task_states(run_dag(dag)) == {"load": "success"}
+    assert delta_rows(target) == delta_rows(source)
