@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import uuid
 from pathlib import Path
 
@@ -25,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_core import median_seconds  # noqa: E402
-from bench_operator import SPARK_CONF, build_source, context  # noqa: E402
+from bench_operator import SPARK_CONF, bench_workdir, build_source, context  # noqa: E402
 
 from dags_examples.local_connect_server import LocalConnectServer  # noqa: E402
 
@@ -51,10 +50,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
 
-    workdir = Path(tempfile.mkdtemp(prefix="bench-connect-"))
-    os.environ.setdefault("AIRFLOW_HOME", str(workdir / "airflow"))
-    os.environ["AIRFLOW_CONN_SPARK_SUBMIT"] = json.dumps({"conn_type": "spark", "host": "local[2]"})
-    os.environ["PATH"] = f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}"
+    workdir = bench_workdir("bench-connect-", "spark_submit")
     source = workdir / "source"
     build_source(source, args.commits, args.rows)
     newest = args.commits - 1

@@ -56,6 +56,17 @@ def build_source(path: Path, commits: int, rows: int) -> None:
         write_deltalake(str(path), pa.table({"id": ids, "name": names}), mode="append")
 
 
+def bench_workdir(prefix: str, spark_conn_id: str) -> Path:
+    """A fresh folder holding the Airflow home, and a ``local[2]`` Spark connection for the run;
+    ``spark-submit`` is looked up next to this Python."""
+    workdir = Path(tempfile.mkdtemp(prefix=prefix))
+    os.environ.setdefault("AIRFLOW_HOME", str(workdir / "airflow"))
+    os.environ[f"AIRFLOW_CONN_{spark_conn_id.upper()}"] = json.dumps(
+        {"conn_type": "spark", "host": "local[2]"})
+    os.environ["PATH"] = f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}"
+    return workdir
+
+
 def context() -> dict:
     """What the operators read from the task context outside a DAG run."""
     return {"run_id": f"bench_{uuid.uuid4().hex}",
@@ -100,10 +111,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1)
     args = parser.parse_args()
 
-    workdir = Path(tempfile.mkdtemp(prefix="bench-operator-"))
-    os.environ.setdefault("AIRFLOW_HOME", str(workdir / "airflow"))
-    os.environ["AIRFLOW_CONN_SPARK_BENCH"] = json.dumps({"conn_type": "spark", "host": "local[2]"})
-    os.environ["PATH"] = f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}"
+    workdir = bench_workdir("bench-operator-", "spark_bench")
     from airflow_provider_delta.core import plan_changes
 
     source = workdir / "source"
