@@ -9,6 +9,9 @@ and the second run loads only versions 2..3.
 With ``--connect`` (``bash scripts/dev.sh demo --connect``) the same DAG runs on a Spark Connect
 server that the demo starts on 127.0.0.1 from the pyspark wheel and stops by its PID at the end:
 the connection ``spark_demo`` is then of type ``spark_connect``, and nothing is submitted.
+
+The terminal shows what each run read and wrote and the watermark; Airflow's and Spark's logs
+go to ``.demo/demo.log`` (printed at the end if a run fails; ``--verbose`` shows them live).
 """
 
 from __future__ import annotations
@@ -17,12 +20,15 @@ import json
 import os
 import shutil
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 DEMO_DIR = Path.cwd() / ".demo"
 SOURCE = DEMO_DIR / "source"
 TARGET = DEMO_DIR / "target"
+DEMO_LOG = DEMO_DIR / "demo.log"
 WATERMARK_VARIABLE = "demo_delta_watermark"
 
 
@@ -98,14 +104,14 @@ def run_once(dag, logical_date: datetime) -> dict:
                                          {}, None, set(), session=session)
     run = dag.test(logical_date=logical_date)
     if run.state != "success":
-        raise SystemExit(f"demo run {run.run_id} ended {run.state}; see the log above")
+        raise SystemExit(f"demo run {run.run_id} ended {run.state}")
     with create_session() as session:
         row = session.scalars(XComModel.get_many(run_id=run.run_id, key="return_value",
                                                  task_ids="load", dag_ids=dag.dag_id)).first()
         return XComModel.deserialize_value(row)
 
 
-def report(title: str, result: dict) -> None:
+def report(title: str, result: dict, out) -> None:
     from airflow.models import Variable
     from deltalake import DeltaTable, QueryBuilder
 
@@ -113,34 +119,71 @@ def report(title: str, result: dict) -> None:
 
     target = DeltaTable(str(TARGET))
     total = QueryBuilder().register("t", target).execute("select count(*) as n from t")
-    print(f"\n=== {title} ===")
+    print(f"\n=== {title} ===", file=out)
     print(f"read source versions {result['start_version']}..{result['end_version']}: "
-          f"{result['files']} file(s), {result['bytes']} bytes")
+          f"{result['files']} file(s), {result['bytes']} bytes", file=out)
     for batch in result["batches"]:
         print(f"  batch {batch['start_version']}..{batch['end_version']}: wrote {batch['rows']} "
-              f"row(s) as target version {batch['sink_version']}")
+              f"row(s) as target version {batch['sink_version']}", file=out)
     print(f"target {TARGET}: version {target.version()}, "
-          f"{total.read_all().column(0).to_pylist()[0]} rows in total")
+          f"{total.read_all().column(0).to_pylist()[0]} rows in total", file=out)
     variable = VariableWatermarkStore(key=WATERMARK_VARIABLE, table_uri=str(SOURCE)).variable
-    print(f"watermark (Variable {variable}): {Variable.get(variable)}\n")
+    print(f"watermark (Variable {variable}): {Variable.get(variable)}\n", file=out)
 
 
 def main(argv: list[str]) -> None:
     prepare_environment()
-    if "--connect" not in argv:
-        run_demo(SPARK_SUBMIT_CONF)
+    with terminal_and_log(DEMO_LOG, verbose="--verbose" in argv) as out:
+        if "--connect" not in argv:
+            run_demo(SPARK_SUBMIT_CONF, out)
+            return
+        from dags_examples.local_connect_server import LocalConnectServer
+
+        with LocalConnectServer(DEMO_DIR / "connect-server.log") as server:
+            print(f"Spark Connect server on 127.0.0.1:{server.port}, PID {server.process.pid}",
+                  file=out)
+            os.environ["AIRFLOW_CONN_SPARK_DEMO"] = json.dumps(
+                {"conn_type": "spark_connect", "host": "localhost", "port": server.port})
+            run_demo(CONNECT_CONF, out)
+        print(f"Spark Connect server PID {server.process.pid} stopped", file=out)
+
+
+@contextmanager
+def terminal_and_log(log_path: Path, *, verbose: bool) -> Iterator:
+    """Yields the terminal; file descriptors 1 and 2 (ours and spark-submit's) go to the log."""
+    if verbose:
+        yield sys.stdout
         return
-    from dags_examples.local_connect_server import LocalConnectServer
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with open(log_path, "ab") as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+    terminal = os.fdopen(os.dup(saved[0]), "w", buffering=1)
+    try:
+        print(f"Airflow and Spark logs: {log_path}", file=terminal)
+        yield terminal
+    except BaseException:
+        restore_output(saved)
+        print(log_path.read_text(errors="replace"), file=sys.stderr)
+        print(f"The demo failed; its log is above and in {log_path}", file=sys.stderr)
+        raise
+    else:
+        restore_output(saved)
+    finally:
+        terminal.close()
 
-    with LocalConnectServer(DEMO_DIR / "connect-server.log") as server:
-        print(f"Spark Connect server on 127.0.0.1:{server.port}, PID {server.process.pid}")
-        os.environ["AIRFLOW_CONN_SPARK_DEMO"] = json.dumps(
-            {"conn_type": "spark_connect", "host": "localhost", "port": server.port})
-        run_demo(CONNECT_CONF)
-    print(f"Spark Connect server PID {server.process.pid} stopped")
+
+def restore_output(saved: tuple[int, int]) -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    for fd, saved_fd in zip((1, 2), saved):
+        os.dup2(saved_fd, fd)
+        os.close(saved_fd)
 
 
-def run_demo(conf: dict[str, str]) -> None:
+def run_demo(conf: dict[str, str], out) -> None:
     from airflow.dag_processing.bundles.manager import DagBundlesManager
     from airflow.utils import db
 
@@ -151,10 +194,10 @@ def run_demo(conf: dict[str, str]) -> None:
     dag = build_dag(conf)
     today = datetime.now(timezone.utc).replace(microsecond=0)
 
-    report("run 1: first load (versions 0..1)", run_once(dag, today))
+    report("run 1: first load (versions 0..1)", run_once(dag, today), out)
     append_orders(8, 4)
     append_orders(12, 2)
-    report("run 2: only the new versions (2..3)", run_once(dag, today + timedelta(seconds=1)))
+    report("run 2: only the new versions (2..3)", run_once(dag, today + timedelta(seconds=1)), out)
 
 
 if __name__ == "__main__":
