@@ -58,7 +58,7 @@ def local_path(path_or_uri: str) -> str | None:
     Split by hand: a decoded path may hold ``#`` or ``?``, which ``urlparse`` would cut off.
     """
     if path_or_uri.startswith("file://"):
-        path = path_or_uri[len("file://"):]
+        path = _path_on_this_host(path_or_uri)
     elif path_or_uri.startswith("file:"):
         path = path_or_uri[len("file:"):]
     elif "://" in path_or_uri:
@@ -66,6 +66,15 @@ def local_path(path_or_uri: str) -> str | None:
     else:
         path = path_or_uri
     return os.path.abspath(path or "/")
+
+
+def _path_on_this_host(file_uri: str) -> str:
+    """The path of ``file:///p`` or ``file://localhost/p``; another host has no local path."""
+    host, slash, path = file_uri[len("file://"):].partition("/")
+    if host not in ("", "localhost"):
+        raise StorageLocationError(file_uri, f"a file: URI names host {host!r}, not the local "
+                                   "host; mount that share and use its local path")
+    return slash + path
 
 
 def to_uri(path_or_uri: str) -> str:
