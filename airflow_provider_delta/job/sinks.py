@@ -194,6 +194,12 @@ class DeltaAppendSink(Sink):
 
     def check(self, df: DataFrame) -> None:
         """Compare names, types and partitioning with the target, if it exists."""
+        variants = [f.name for f in df.schema.fields if _holds_variant(f.dataType)]
+        if variants:  # deltalake would commit a VARIANT as a plain struct of two binaries
+            raise SinkSchemaMismatchError(
+                self.uri, f"column(s) {variants} hold VARIANT values, which this sink cannot "
+                "commit; turn them into strings with to_json(...) in the sql or transform, or "
+                "use sink='delta-spark' where the cluster has the Delta jars")
         missing = [c for c in self.spec.partition_by if c not in df.columns]
         if missing:
             raise SinkSchemaMismatchError(self.uri, f"partition columns {missing} not in the rows")
@@ -461,6 +467,18 @@ def _arrow_schema(df: DataFrame) -> pa.Schema:
     from pyspark.sql.pandas.types import to_arrow_schema
 
     return to_arrow_schema(df.schema, timezone="UTC")
+
+
+def _holds_variant(kind: Any) -> bool:
+    from pyspark.sql.types import ArrayType, MapType, StructType, VariantType
+
+    if isinstance(kind, StructType):
+        return any(_holds_variant(f.dataType) for f in kind.fields)
+    if isinstance(kind, ArrayType):
+        return _holds_variant(kind.elementType)
+    if isinstance(kind, MapType):
+        return _holds_variant(kind.keyType) or _holds_variant(kind.valueType)
+    return isinstance(kind, VariantType)
 
 
 def _field_types(schema: Schema) -> list[tuple[str, Any]]:

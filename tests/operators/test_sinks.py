@@ -136,3 +136,15 @@ def test_delta_sink_adds_new_columns_only_with_merge_schema(spark, tmp_path):
                                            "id long, part int, ts timestamp, note string")
     with pytest.raises(SinkSchemaMismatchError, match="part"):
         merging.check(narrower_types)
+
+
+def test_delta_sink_refuses_variant_columns_before_writing(spark, tmp_path):
+    target = str(tmp_path / "target")
+    sink = DeltaAppendSink(SinkSpec(kind="delta", path=target, app_id="app-1"))
+    top_level = spark.sql("""select 1L as id, parse_json('{"a": 1}') as v""")
+    nested = spark.sql("""select 1L as id, array(named_struct('x', parse_json('2'))) as v""")
+
+    for rows in (top_level, nested):
+        with pytest.raises(SinkSchemaMismatchError, match=r"\['v'\] hold VARIANT.*to_json"):
+            sink.check(rows)
+    assert not os.path.exists(target)
