@@ -1,26 +1,34 @@
 """Change feed benchmark: read_change_feed against deltalake's load_cdf, and a merge load
 against a full reload of the target.
 
-Two measurements, each side by side in one run on one local SparkSession (the sides alternate):
+Side by side in one run on one local SparkSession (the sides alternate, medians of
+``--repeat`` warm runs; the first call of each side in the fresh session is shown apart):
 
-1. The feed of a CDF table's first ``--rows`` inserted rows: ``read_change_feed`` followed by a
-   full write to Spark's ``noop`` sink, against ``load_cdf`` of the same range read into Arrow.
-   Goal: ratio <= 1.5.
-2. Applying a commit that updates 1% of the rows to a copy of the target with the driver's
-   ``run_job`` (``change_feed=True``, ``delta-merge`` sink), against reloading the whole
-   snapshot into a new Delta table with ``run_job`` (``delta`` sink). Goal: speed-up >= 10.
+1. The feed of a CDF table's first ``--rows`` inserted rows (``--commits`` appends):
+   ``read_change_feed`` (log planning + one Spark job writing every row to Spark's ``noop``
+   sink) against ``load_cdf`` of the same range read into Arrow (deltalake, in process, no
+   JVM). Spark's floor, ``spark.read.parquet`` of the same files into ``noop``, is timed
+   beside them. Goal: ratio <= 1.5.
+2. A target of ``--rows`` rows in ``--files`` files clustered by key (as after OPTIMIZE or
+   Z-order) gets one source commit that updates 1% of the rows, applied with the driver's
+   ``run_job`` (``change_feed=True``, ``delta-merge`` sink), against rewriting the whole
+   target from the source snapshot with ``run_job`` (``delta`` sink). Two cases: the changed
+   keys are the most recent ones (clustered), or every hundredth key (spread over all files).
+   Goal: speed-up >= 10 on the clustered case.
 
-Usage: ``python benchmarks/bench_change_feed.py [--rows 1000000] [--commits 10] [--repeat 3]``.
-Tables are written with ``deltalake`` into a temp folder.
+Usage: ``python benchmarks/bench_change_feed.py [--rows 1000000] [--commits 10] [--files 40]
+[--repeat 3]``. Tables are written with ``deltalake`` into a temp folder.
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +36,7 @@ import pyarrow as pa
 from bench_spark_reader import local_spark, noop_write, timed_pair
 from deltalake import DeltaTable, write_deltalake
 
+from airflow_provider_delta.core import plan_change_feed
 from airflow_provider_delta.job.driver import run_job
 from airflow_provider_delta.job.spec import JobSpec, SinkSpec
 from airflow_provider_delta.spark import read_change_feed
@@ -35,23 +44,53 @@ from airflow_provider_delta.spark import read_change_feed
 _CDF_ON = {"delta.enableChangeDataFeed": "true"}
 
 
-def build_source(path: str, rows: int, commits: int) -> int:
-    """``commits`` appends of ``rows / commits`` rows, then an UPDATE of the first 1% of ids
-    (its cdc files hold the change); returns the UPDATE's version."""
-    per_commit = rows // commits
-    for commit in range(commits):
-        ids = np.arange(commit * per_commit, (commit + 1) * per_commit, dtype=np.int64)
-        batch = pa.table({"id": ids, "value": ids * 3, "label": pa.array(ids).cast(pa.string())})
-        write_deltalake(path, batch, mode="append", configuration=_CDF_ON if not commit else None)
-    table = DeltaTable(path)
-    table.update(updates={"label": "'changed'"}, predicate=f"id < {rows // 100}")
-    return table.version()
+def rows_of(first: int, count: int) -> pa.Table:
+    ids = np.arange(first, first + count, dtype=np.int64)
+    return pa.table({"id": ids, "value": ids * 3, "label": pa.array(ids).cast(pa.string())})
 
 
-def merge_job(source: str, target: str, start: int, end: int) -> JobSpec:
+def write_clustered(path: str, rows: int, files: int, configuration=None) -> None:
+    """``rows`` rows with ascending ids in ``files`` appends, one file each."""
+    per_file = rows // files
+    for number in range(files):
+        write_deltalake(path, rows_of(number * per_file, per_file), mode="append",
+                        configuration=configuration if not number else None)
+
+
+def timed(action: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    action()
+    return time.perf_counter() - start
+
+
+def bench_feed(spark, work: Path, rows: int, commits: int, repeat: int) -> None:
+    source = str(work / "feed-source")
+    write_clustered(source, rows, commits, _CDF_ON)
+    end = commits - 1
+    paths = [f.file.path for f in plan_change_feed(source, 0, end).files]
+    ours = noop_write(lambda: read_change_feed(spark, source, 0, end))
+    plain = noop_write(lambda: spark.read.parquet(*paths))
+
+    def theirs() -> None:
+        pa.table(DeltaTable(source).load_cdf(starting_version=0, ending_version=end))
+
+    first_ours, first_theirs = timed(ours), timed(theirs)
+    warm_ours, warm_theirs = timed_pair(ours, theirs, repeat)
+    warm_plain, _ = timed_pair(plain, theirs, repeat)
+    print(f"1. feed of {rows} rows in {commits} commits:\n"
+          f"   first call in a fresh session: read_change_feed {first_ours:.3f}s, "
+          f"load_cdf {first_theirs:.3f}s\n"
+          f"   warm: read_change_feed {warm_ours:.3f}s; load_cdf {warm_theirs:.3f}s; ratio "
+          f"{warm_ours / warm_theirs:.2f}x (goal <= 1.5x)\n"
+          f"   Spark's floor, spark.read.parquet of the same files: {warm_plain:.3f}s "
+          f"({warm_plain / warm_theirs:.2f}x load_cdf); read_change_feed / floor "
+          f"{warm_ours / warm_plain:.2f}x")
+
+
+def merge_job(source: str, target: str, version: int) -> JobSpec:
     sink = SinkSpec(kind="delta-merge", path=target, app_id="bench", merge_keys=("id",))
-    return JobSpec(table_uri=source, mode="changes", sink=sink, start_version=start,
-                   end_version=end, change_feed=True)
+    return JobSpec(table_uri=source, mode="changes", sink=sink, start_version=version,
+                   end_version=version, change_feed=True)
 
 
 def reload_job(source: str, target: str, version: int) -> JobSpec:
@@ -59,45 +98,53 @@ def reload_job(source: str, target: str, version: int) -> JobSpec:
     return JobSpec(table_uri=source, mode="snapshot", sink=sink, snapshot_version=version)
 
 
+def bench_merge(spark, work: Path, rows: int, files: int, repeat: int) -> None:
+    source, target = str(work / "merge-source"), str(work / "merge-target")
+    write_clustered(source, rows, files, _CDF_ON)
+    write_clustered(target, rows, files)
+    cases = {
+        "clustered (the newest 1% of keys)": f"id >= {rows - rows // 100}",
+        "spread (every 100th key)": "id % 100 = 7",
+    }
+    reloads = (str(work / f"reload-{n}") for n in itertools.count())
+    for case, predicate in cases.items():
+        DeltaTable(source).update(updates={"label": "'changed'"}, predicate=predicate)
+        version = DeltaTable(source).version()
+        copies = []  # a fresh target per merge run: a txn applies once
+        for _ in range(repeat + 1):
+            copies.append(str(work / f"target-{len(os.listdir(work))}"))
+            shutil.copytree(target, copies[-1])
+        targets = iter(copies)
+        merge, reload = timed_pair(
+            lambda: run_job(spark, merge_job(source, next(targets), version)),
+            lambda: run_job(spark, reload_job(source, next(reloads), version)),
+            repeat,
+        )
+        print(f"2. merge of 1% changed rows, {case}: {merge:.3f}s, rewrote "
+              f"{_files_rewritten(copies[-1])} of {files} files; full rewrite of the target: "
+              f"{reload:.3f}s; speed-up {reload / merge:.1f}x (goal >= 10x on the clustered "
+              "case)")
+
+
+def _files_rewritten(path: str) -> int:
+    """Files the target's last commit (the merge) removed."""
+    metrics = DeltaTable(path).history(1)[0].get("operationMetrics", {})
+    return int(metrics.get("num_target_files_removed", -1))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--commits", type=int, default=10)
+    parser.add_argument("--files", type=int, default=40)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
 
     spark = local_spark()
     work = Path(tempfile.mkdtemp(prefix="bench-change-feed-"))
-    source = str(work / "source")
-    start = time.perf_counter()
-    update = build_source(source, args.rows, args.commits)
-    print(f"source: {args.commits} commits x {args.rows // args.commits} rows, then an UPDATE "
-          f"of 1% (version {update}), written in {time.perf_counter() - start:.1f}s")
-
-    last_insert = update - 1
-    ours, theirs = timed_pair(
-        noop_write(lambda: read_change_feed(spark, source, 0, last_insert)),
-        lambda: pa.table(DeltaTable(source).load_cdf(starting_version=0,
-                                                     ending_version=last_insert)),
-        args.repeat,
-    )
-    print(f"1. feed of {args.rows} rows: read_change_feed {ours:.3f}s; load_cdf {theirs:.3f}s; "
-          f"ratio {ours / theirs:.2f}x (goal <= 1.5x)")
-
-    loaded = str(work / "loaded")
-    run_job(spark, merge_job(source, loaded, 0, last_insert))
-    copies = []
-    for number in range(args.repeat + 1):  # one fresh target per merge run (a txn applies once)
-        copies.append(str(work / f"target-{number}"))
-        shutil.copytree(loaded, copies[-1])
-    targets, reloads = iter(copies), (str(work / f"reload-{n}") for n in itertools.count())
-    merge, reload = timed_pair(
-        lambda: run_job(spark, merge_job(source, next(targets), update, update)),
-        lambda: run_job(spark, reload_job(source, next(reloads), update)),
-        args.repeat,
-    )
-    print(f"2. merge load of 1% changed rows: {merge:.3f}s; full reload of the target: "
-          f"{reload:.3f}s; speed-up {reload / merge:.1f}x (goal >= 10x)")
+    bench_feed(spark, work, args.rows, args.commits, args.repeat)
+    bench_merge(spark, work, args.rows, args.files, args.repeat)
+    print(f"load average (1, 5, 15 min): {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
     spark.stop()
     shutil.rmtree(work, ignore_errors=True)
 

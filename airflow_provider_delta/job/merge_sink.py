@@ -5,7 +5,8 @@ one commit the new image over the old (``update_postimage`` and ``insert`` over 
 ``update_preimage``). A last change that is a new image is upserted, one that is an old image
 deletes the key. The batch is one ``deltalake`` MERGE whose commit carries the ``txn`` action
 (appId, the batch's last source version): a re-run after a crash finds the batch committed, or
-not at all, and never applies it twice.
+not at all, and never applies it twice. The MERGE reads only the target files whose key
+range (file statistics) or partition values can hold a changed key.
 
 Refused before anything is written: key columns missing from the rows, null keys, two new
 images of one key in one commit, rows without the change feed's columns, and rows whose data
@@ -114,7 +115,9 @@ class DeltaMergeSink(DeltaAppendSink):
                 partition_by=table.metadata().partition_columns, commit_properties=properties)
             return
         on = " AND ".join(f't."{k}" = s."{k}"' for k in self.keys)
-        (table.merge(changes, on, source_alias="s", target_alias="t",
+        # Not streamed: deltalake then prunes target files by the changes' key ranges (and
+        # partition values) and reads only those; the changes are in memory anyway.
+        (table.merge(changes, on, source_alias="s", target_alias="t", streamed_exec=False,
                      commit_properties=properties)
          .when_matched_delete(predicate=f"s.{_OPERATION} = '{_DELETE}'")
          .when_matched_update_all(predicate=f"s.{_OPERATION} = '{_UPSERT}'",
