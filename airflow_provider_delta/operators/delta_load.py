@@ -81,7 +81,13 @@ class LoadRequest:
 class _DeltaSparkJobOperator(SparkSubmitOperator):
     """What both operators share: the sink, the transform, the spec, the submit, the result."""
 
-    template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "table_uri", "sql")
+    template_fields: Sequence[str] = (
+        *SparkSubmitOperator.template_fields, "table_uri", "target", "partition_by",
+        "sink_options", "sql",
+    )
+    # sql="transform.sql" renders that file (DAG folder or template_searchpath), as SQL operators do.
+    template_ext: Sequence[str] = (".sql",)
+    template_fields_renderers = {"sql": "sql", "sink_options": "json"}
     _job_dir: str | None = None  # this try's job folder while its job runs
     _connect_job: ConnectJob | None = None  # the running Spark Connect job, for on_kill
 
@@ -109,20 +115,23 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
                                         table_uri)
         parameters.transform_reference(transform, **where)
         parameters.sink_kind(sink, target, **where)
+        partition_by = parameters.column_names(partition_by, "partition_by", **where)
+        sink_options = parameters.string_map(sink_options, "sink_options", **where)
         if (sink == "delta-merge") != bool(merge_keys):
             raise InvalidParameterError(
                 where["task_id"], "merge_keys", list(merge_keys), f"does not fit sink={sink!r}",
                 "give merge_keys (the key columns it merges by) exactly when sink='delta-merge'",
                 table_uri)
-        if target and "outlets" not in kwargs:
+        # A templated target is known only at run time, too late to declare it an outlet.
+        if target and "outlets" not in kwargs and not parameters.is_templated(target):
             kwargs["outlets"] = [Asset(uri=to_uri(target), name=to_uri(target))]
         kwargs.setdefault("name", f"delta-load-{kwargs.get('task_id', 'job')}")
         super().__init__(application=driver.__file__, **kwargs)
         self.table_uri = table_uri
         self.target = target
         self.sink = sink
-        self.partition_by = tuple(partition_by)
-        self.sink_options = sink_options or {}
+        self.partition_by = partition_by
+        self.sink_options = sink_options
         self.merge_keys = tuple(merge_keys)
         self.transform = transform
         self.sql = sql
@@ -130,6 +139,19 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
         self.storage_options = storage_options
         self.ship_package = ship_package
         self.work_dir = work_dir
+
+    def check_rendered(self) -> None:
+        """Check the templated parameters again on their rendered values, at task start."""
+        where = {"task_id": self.task_id, "table_uri": self.table_uri}
+        parameters.sink_kind(self.sink, self.target, **where)
+        for name, check in (("partition_by", parameters.column_names),
+                            ("sink_options", parameters.string_map)):
+            value = check(getattr(self, name), name, **where)
+            if parameters.is_templated(value):
+                raise InvalidParameterError(self.task_id, name, value, "was not rendered",
+                                            "render the task's templates before running it",
+                                            self.table_uri)
+            setattr(self, name, value)
 
     @cached_property
     def source_storage_options(self) -> dict[str, str] | None:
@@ -391,12 +413,21 @@ class DeltaIncrementalOperator(_DeltaSparkJobOperator):
     by one (a commit is never split). The watermark moves only after the sink committed.
 
     :param table_uri: the source table (templated).
+    :param target: where the sink writes (templated; a templated target is not declared as
+        an outlet asset, since it is known only when the task runs).
+    :param partition_by: the new target's partition columns (templated: each name, or one
+        template rendering to a list).
+    :param sink_options: the sink's writer options, e.g. ``{"mergeSchema": "true"}``
+        (templated: each value, or one template rendering to a dict).
+    :param sql: a query over the view ``changes``, or a ``.sql`` file found in the DAG folder or
+        ``template_searchpath`` (templated, file contents too).
     :param start_version: first version of an explicit range (templated; e.g. from params).
     :param end_version: last version of an explicit range (templated; default: latest).
     :param sensor_task_id: the sensor whose XCom holds the range.
     :param watermark_store: ``"xcom"`` (default; an XCom of this task), ``"variable"`` or
         ``"asset_state"``.
-    :param watermark_key: XCom key, Variable name or asset-state key of the watermark.
+    :param watermark_key: XCom key, Variable name or asset-state key of the watermark
+        (templated).
     :param initial: where to start without a watermark (see above).
     :param reset_if_ahead: a watermark above the latest version, or written for another table
         id (the table was dropped and recreated, or replaced, at the same path), restarts with
@@ -493,6 +524,7 @@ class DeltaIncrementalOperator(_DeltaSparkJobOperator):
         }
 
     def execute(self, context: Context) -> dict[str, Any]:
+        self.check_rendered()
         request = self.resolve_request(context)
         if request is None:
             self.log.info("%s: no new versions to load", self.table_uri)
@@ -602,6 +634,7 @@ class DeltaTimeTravelOperator(_DeltaSparkJobOperator):
             self.requested_point()
 
     def execute(self, context: Context) -> dict[str, Any]:
+        self.check_rendered()
         version = self.resolve_version()
         result = self.run_request(context, LoadRequest("snapshot", version, version, False))
         return self.finish(context, result)

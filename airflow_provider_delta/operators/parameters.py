@@ -6,9 +6,12 @@ Spark job is submitted.
 
 from __future__ import annotations
 
+import ast
 import datetime as dt
 import importlib
+import json
 import re
+from collections.abc import Mapping, Sequence
 
 from airflow_provider_delta.errors import InvalidParameterError
 
@@ -38,6 +41,53 @@ def version_number(value: int | str | None, parameter: str, *, task_id: str,
         raise InvalidParameterError(task_id, parameter, value, "is negative",
                                     "table versions start at 0", table_uri)
     return int(value)
+
+
+def column_names(value: Sequence[str] | str | None, parameter: str, *, task_id: str,
+                 table_uri: str) -> tuple[str, ...] | str:
+    """Column names (``partition_by``): a sequence of names, one name, or the text of a list
+    (what a template of a list renders to). A template is kept as it is until the task starts."""
+    if is_templated(value):
+        return value
+    if isinstance(value, str):
+        value = _literal(value) if value.lstrip().startswith(("[", "(")) else [value]
+    names = value if isinstance(value, (list, tuple)) else None
+    if names is None or not all(isinstance(name, str) and name.strip() for name in names):
+        raise InvalidParameterError(
+            task_id, parameter, value, "is not a list of column names",
+            "give column names, e.g. ['day'] (a template must render to names)", table_uri)
+    return tuple(name.strip() for name in names)
+
+
+def string_map(value: Mapping[str, object] | str | None, parameter: str, *, task_id: str,
+               table_uri: str) -> dict[str, str] | str:
+    """Writer options (``sink_options``): a mapping of option names to values, or the text of
+    one (what a template of a dict renders to). A template is kept until the task starts."""
+    if is_templated(value):
+        return value
+    if value is None:
+        return {}
+    if isinstance(value, str):
+        value = _literal(value)
+    if not isinstance(value, Mapping) or not all(isinstance(key, str) for key in value):
+        raise InvalidParameterError(
+            task_id, parameter, value, "is not a mapping of option names to values",
+            "give a dict such as {'mergeSchema': 'true'} (a template must render to one)",
+            table_uri)
+    return {key: str(option).lower() if isinstance(option, bool) else str(option)
+            for key, option in value.items()}
+
+
+def _literal(text: str) -> object:
+    """A list or dict written as JSON or as Python's text form; None if it is neither."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        pass
+    try:
+        return ast.literal_eval(text.strip())
+    except (ValueError, SyntaxError):
+        return None
 
 
 def batch_limit(value: object, parameter: str, *, task_id: str, table_uri: str) -> int | None:
