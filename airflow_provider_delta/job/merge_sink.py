@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import write_deltalake
+from deltalake import DeltaTable, write_deltalake
+from deltalake.exceptions import DeltaError
 from deltalake.transaction import CommitProperties
 
 from airflow_provider_delta.errors import MergeInputError
@@ -63,7 +64,12 @@ class DeltaMergeSink(DeltaAppendSink):
 
     def write(self, df: DataFrame | None, start_version: int, end_version: int) -> SinkWrite:
         changes = self._last_changes(df)
-        self._merge(changes, self.batch_commit_properties(start_version, end_version))
+        table = self._table()
+        if table is None:
+            table = self._create(changes, start_version, end_version)
+            if table is None or self._committed_by_another_run(table, start_version, end_version):
+                return SinkWrite(rows=changes.num_rows, sink_version=self._table().version())
+        self._merge(table, changes, self.batch_commit_properties(start_version, end_version))
         log.info("merged %d key change(s) into %s with txn %s=%s", changes.num_rows, self.uri,
                  self.spec.app_id, end_version)
         return SinkWrite(rows=changes.num_rows, sink_version=self._table().version())
@@ -100,15 +106,26 @@ class DeltaMergeSink(DeltaAppendSink):
                 f"with merge_keys {self.keys} = {[row[k] for k in self.keys]}; merge_keys "
                 "must identify a row: add columns to them")
 
-    def _merge(self, changes: pa.Table, properties: CommitProperties) -> None:
-        table = self._table()
-        if table is None:
-            upserts = changes.filter(pc.equal(changes[_OPERATION], _UPSERT))
+    def _create(self, changes: pa.Table, start_version: int,
+                end_version: int) -> DeltaTable | None:
+        """Create the target with the batch's upserts (None); the table another run created
+        first if it won the race (deltalake would retry this create as its next version)."""
+        upserts = changes.filter(pc.equal(changes[_OPERATION], _UPSERT))
+        try:
             write_deltalake(self.uri, upserts.drop_columns([_OPERATION]), mode="error",
                             partition_by=list(self.spec.partition_by) or None,
                             storage_options=self.spec.storage_options,
-                            commit_properties=properties)
-            return
+                            commit_properties=self.batch_commit_properties(
+                                start_version, end_version, retries=0))
+        except DeltaError:  # CommitFailedError too
+            table = self._table()
+            if table is None:
+                raise
+            log.warning("%s: another run created the table first; merging into it", self.uri)
+            return table
+        return None
+
+    def _merge(self, table: DeltaTable, changes: pa.Table, properties: CommitProperties) -> None:
         if not changes.num_rows:  # still record the batch as applied
             table.create_write_transaction(
                 [], "append", changes.drop_columns([_OPERATION]).schema,

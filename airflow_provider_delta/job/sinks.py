@@ -311,7 +311,9 @@ class DeltaAppendSink(Sink):
                 partition_by: list[str], start_version: int, end_version: int) -> bool:
         """One commit of ``adds`` with this app's txn on top of ``table`` (None: create it);
         False if a concurrent commit won."""
-        properties = self.batch_commit_properties(start_version, end_version)
+        # deltalake would retry a lost create as the next version, with the same rows: no retry
+        properties = self.batch_commit_properties(start_version, end_version,
+                                                  retries=0 if table is None else None)
         try:
             if table is None:
                 create_table_with_add_actions(
@@ -334,9 +336,11 @@ class DeltaAppendSink(Sink):
                  self.spec.app_id, end_version)
         return True
 
-    def batch_commit_properties(self, start_version: int, end_version: int) -> CommitProperties:
+    def batch_commit_properties(self, start_version: int, end_version: int, *,
+                                retries: int | None = None) -> CommitProperties:
         """The batch's txn (appId, last source version) and its source range, for its commit."""
         return CommitProperties(
+            max_commit_retries=retries,
             app_transactions=[Transaction(self.spec.app_id, end_version)],
             custom_metadata={SOURCE_VERSIONS_KEY: f"{start_version}..{end_version}",
                              APP_ID_KEY: self.spec.app_id},

@@ -6,7 +6,9 @@ import json
 import os
 import sys
 import tempfile
+import threading
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -145,3 +147,22 @@ def watermark(key: str) -> dict | None:
         rows = session.scalars(select(Variable).where(Variable.key.startswith(prefix)))
         found = {row.key[len(prefix):]: json.loads(row.val) for row in rows}
     return found or None
+
+
+def run_twice_at_once(write: Callable[[], object]) -> list:
+    """``write()`` in two threads at once; their results. An error in either fails the test."""
+    results, errors = [], []
+
+    def run():
+        try:
+            results.append(write())
+        except Exception as error:  # noqa: BLE001 - reported by the assertion below
+            errors.append(error)
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    assert errors == []
+    return results

@@ -3,6 +3,7 @@ a change feed applied by key keeps the target equal to the source, exactly once.
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pyarrow as pa
@@ -11,10 +12,12 @@ from deltalake import DeltaTable, write_deltalake
 
 from airflow_provider_delta.errors import MergeInputError, SinkSchemaMismatchError
 from airflow_provider_delta.job.driver import run_job
+from airflow_provider_delta.job.merge_sink import DeltaMergeSink
 from airflow_provider_delta.job.spec import JobSpec, SinkSpec
+from airflow_provider_delta.spark import read_change_feed
 from tests.spark.test_change_feed import CDF_ON, write_changes
 
-from .conftest import delta_rows
+from .conftest import delta_rows, run_twice_at_once
 
 APP_ID = "merge-app"
 
@@ -100,4 +103,25 @@ def test_merge_reads_only_target_files_whose_key_range_holds_a_changed_key(spark
     run_job(spark, _job(source, target, 4))
     for path in untouched:
         (tmp_path / path.name).rename(path)
+    assert delta_rows(target) == delta_rows(source)
+
+
+class _RacingMergeSink(DeltaMergeSink):
+    """The real sink; both runs wait at the barrier right before creating the target."""
+
+    barrier: threading.Barrier
+
+    def _create(self, *args):
+        self.barrier.wait(timeout=120)
+        return super()._create(*args)
+
+
+def test_two_first_runs_creating_the_target_at_once_write_each_row_once(spark, tmp_path):
+    source, target = str(tmp_path / "source"), str(tmp_path / "target")
+    _source(source, [1, 2, 3], ["a", "b", "c"])
+    feed = read_change_feed(spark, source, 0, 0)
+    spec = _job(source, target).sink
+    _RacingMergeSink.barrier = threading.Barrier(2)
+    run_twice_at_once(lambda: _RacingMergeSink(spec).write(feed, 0, 0))
+
     assert delta_rows(target) == delta_rows(source)

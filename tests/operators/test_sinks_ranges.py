@@ -16,7 +16,7 @@ from airflow_provider_delta.job.sinks import STAGING_FOLDER, DeltaAppendSink
 from airflow_provider_delta.job.spec import JobSpec
 from airflow_provider_delta.operators import DeltaIncrementalOperator
 
-from .conftest import append_rows, delta_rows
+from .conftest import append_rows, delta_rows, run_twice_at_once
 
 
 def _operator(source, target, **kwargs):
@@ -95,42 +95,34 @@ def test_target_written_under_the_legacy_app_id_resumes_after_it(spark, tmp_path
 
 
 class _RacingSink(DeltaAppendSink):
-    """The real sink; each run waits at the barrier once its files are staged, so both reach
-    the commit having seen the target without the other's commit."""
+    """The real sink; each run waits at the barrier right before its first commit, so both
+    commit on a target read without the other's commit (or both create a new one)."""
 
     barrier: threading.Barrier
+    waited = False
 
-    def _staged_add_actions(self, staging):
-        staged = super()._staged_add_actions(staging)
-        self.barrier.wait(timeout=120)
-        return staged
+    def _commit(self, *args, **kwargs):
+        if not self.waited:
+            self.waited = True
+            self.barrier.wait(timeout=120)
+        return super()._commit(*args, **kwargs)
 
 
-def test_two_concurrent_runs_commit_a_batch_once(spark, tmp_path):
+@pytest.mark.parametrize("first_run", [False, True], ids=["existing_target", "new_target"])
+def test_two_concurrent_runs_commit_a_batch_once(spark, tmp_path, first_run):
     source, target = _source(tmp_path / "source", 3), str(tmp_path / "target")
-    run_job(spark, _spec(source, target, 0, 0))
-    spec = _spec(source, target, 1, 2)
+    start = 0 if first_run else 1  # a first run creates the target: both runs try to
+    if not first_run:
+        run_job(spark, _spec(source, target, 0, 0))
+    spec = _spec(source, target, start, 2)
     _RacingSink.barrier = threading.Barrier(2)
-    frame = spark.read.parquet(*DeltaTable(source).file_uris()).where("id >= 10")
-    results, errors = [], []
+    frame = spark.read.parquet(*DeltaTable(source).file_uris()).where(f"id >= {10 * start}")
+    results = run_twice_at_once(lambda: _RacingSink(spec.sink).write(frame, start, 2))
 
-    def run():
-        try:
-            results.append(_RacingSink(spec.sink).write(frame, 1, 2))
-        except Exception as error:  # noqa: BLE001 - reported by the assertion below
-            errors.append(error)
-
-    threads = [threading.Thread(target=run) for _ in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=300)
-
-    assert errors == []
-    assert sorted(r.rows for r in results) == [0, 4]
+    assert sorted(r.rows for r in results) == [0, frame.count()]
     assert delta_rows(target) == delta_rows(source)
     commits = [c for c in DeltaTable(target).history()
-               if c.get("airflow_provider_delta.source_versions") == "1..2"]
+               if c.get("airflow_provider_delta.source_versions") == f"{start}..2"]
     assert len(commits) == 1
     # The run that lost dropped its staged files; the winner's are the only ones of batch 2.
     staged = [folder for folder in (tmp_path / "target" / STAGING_FOLDER).glob(f"{2:020d}-*")
