@@ -90,6 +90,9 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
     template_fields_renderers = {"sql": "sql", "sink_options": "json"}
     _job_dir: str | None = None  # this try's job folder while its job runs
     _connect_job: ConnectJob | None = None  # the running Spark Connect job, for on_kill
+    # What this run read and wrote, kept for OpenLineage (its listener calls after execute).
+    _source_metadata: core.TableMetadata | None = None
+    _job_result: JobResult | None = None
 
     def __init__(
         self,
@@ -215,6 +218,7 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
             return JobResult(self.table_uri, request.mode, request.start_version,
                              request.end_version)
         plan = self.validate(spec, resume)
+        self._source_metadata = plan.metadata
         sink.check_not_source(self.table_uri, plan.metadata.table_id)
         if request.mode == "changes" and not plan.files:
             self.log.info("%s: versions %s..%s add no data files; nothing to submit",
@@ -377,6 +381,7 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
 
     def finish(self, context: Context, result: JobResult) -> dict[str, Any]:
         """Emit the asset event and return what goes to XCom."""
+        self._job_result = result
         if self.target:
             asset = Asset(uri=to_uri(self.target), name=to_uri(self.target))
             context["outlet_events"][asset].extra = {
@@ -384,6 +389,14 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
                 "source_end_version": result.end_version, "sink_version": result.sink_version,
             }
         return result.to_dict()
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage (called by its provider): the source at the last version read, the
+        target at the version committed, and the range in the ``airflowProviderDelta`` facet."""
+        from airflow_provider_delta.openlineage import load_lineage
+
+        return load_lineage(self.table_uri, self.target if self.sink else None,
+                            self._job_result, self._source_metadata)
 
 
 class DeltaIncrementalOperator(_DeltaSparkJobOperator):

@@ -103,6 +103,7 @@ class DeltaVersionSensor(BaseSensorOperator):
         self.min_new_versions = min_new_versions
         self.deferrable = deferrable
         self._latest_at_first_poke: int | None = None
+        self._found: dict[str, Any] | None = None  # the range returned, for OpenLineage
 
     @cached_property
     def hook(self) -> DeltaHook | None:
@@ -164,7 +165,8 @@ class DeltaVersionSensor(BaseSensorOperator):
                 end_version=event["end_version"],
                 latest_commit_timestamp=event["latest_commit_timestamp"],
             )
-            return {**found, "mode": "changes"}
+            self._found = {**found, "mode": "changes"}
+            return self._found
         if status == "timeout":
             raise AirflowSensorTimeout(event["message"])
         raise DeltaProviderError(
@@ -189,9 +191,11 @@ class DeltaVersionSensor(BaseSensorOperator):
         if start.mode == "snapshot":
             self.log.info("No watermark yet; initial='snapshot': the snapshot at version %d "
                           "is there to load", start.version)
-            return start.version, _found(self.probe.new_range(start.version, start.version), start)
-        found = self.probe.new_range(start.version, latest, self.min_new_versions)
-        return start.version, found and _found(found, start)
+            found = self.probe.new_range(start.version, start.version)
+        else:
+            found = self.probe.new_range(start.version, latest, self.min_new_versions)
+        self._found = found and _found(found, start)
+        return start.version, self._found
 
     def _latest_when_waiting_began(self, context: Context, latest_now: int) -> int:
         if self._latest_at_first_poke is None:
@@ -217,6 +221,12 @@ class DeltaVersionSensor(BaseSensorOperator):
             if head is not None and moment.timestamp() * 1000 >= self.probe.commit_timestamp(head):
                 return head
             return -1 if err.earliest is None else err.earliest - 1
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage (called by its provider): the table at the end of the range found."""
+        from airflow_provider_delta.openlineage import sensor_lineage
+
+        return sensor_lineage(self.table_uri, self._found)
 
     @cached_property
     def storage_options(self) -> dict[str, str] | None:
