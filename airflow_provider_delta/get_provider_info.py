@@ -54,6 +54,7 @@ def get_provider_info() -> dict:
                 "python-modules": ["airflow_provider_delta.hooks.delta"],
             }
         ],
+        "extra-links": ["airflow_provider_delta.operators.links.SparkUILink"],
         "connection-types": [
             {
                 "hook-class-name": "airflow_provider_delta.hooks.delta.DeltaHook",

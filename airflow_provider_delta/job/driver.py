@@ -65,7 +65,14 @@ def run_job(spark: SparkSession, spec: JobSpec) -> JobResult:
                  batch.start_version, batch.end_version, len(batch), batch.total_bytes)
         results.append(_run_batch(spark, spec, sink, batch, first if whole_snapshot else None))
     start = last if spec.mode == "snapshot" else resume
-    return JobResult(spec.table_uri, spec.mode, start, last, tuple(results))
+    return JobResult(spec.table_uri, spec.mode, start, last, tuple(results),
+                     spark_ui_url=spark_ui_url(spark))
+
+
+def spark_ui_url(spark: SparkSession) -> str | None:
+    """The driver's web UI (None when disabled)."""
+    context = getattr(spark, "sparkContext", None)  # a Spark Connect session has none to ask
+    return context.uiWebUrl if context is not None else None
 
 
 def plan_batches(spec: JobSpec, resume: int) -> list[Plan | ChangeFeedPlan]:

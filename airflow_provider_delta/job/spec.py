@@ -117,6 +117,7 @@ class JobResult:
     start_version: int | None
     end_version: int | None
     batches: tuple[BatchResult, ...] = ()
+    spark_ui_url: str | None = None  # the driver's web UI, where it had one
 
     @property
     def rows(self) -> int | None:
@@ -152,6 +153,7 @@ class JobResult:
             start_version=raw["start_version"],
             end_version=raw["end_version"],
             batches=batches,
+            spark_ui_url=raw.get("spark_ui_url"),
         )
 
 

@@ -46,6 +46,7 @@ from airflow_provider_delta.job.sinks import make_sink, normalised_location
 from airflow_provider_delta.job.spec import JobResult, JobSpec, SinkSpec, stable_app_id
 from airflow_provider_delta.job.storage import storage_options_env, without_storage_options
 from airflow_provider_delta.operators import parameters
+from airflow_provider_delta.operators.links import SparkUILink
 from airflow_provider_delta.operators.transport import connect_job, refuse_spark_submit_options
 from airflow_provider_delta.spark.reader import check_files_exist
 from airflow_provider_delta.storage import read_text, remove_tree, to_uri, write_text
@@ -88,6 +89,7 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
     # sql="transform.sql" renders that file (DAG folder or template_searchpath), as SQL operators do.
     template_ext: Sequence[str] = (".sql",)
     template_fields_renderers = {"sql": "sql", "sink_options": "json"}
+    operator_extra_links = (SparkUILink(),)
     _job_dir: str | None = None  # this try's job folder while its job runs
     _connect_job: ConnectJob | None = None  # the running Spark Connect job, for on_kill
     # What this run read and wrote, kept for OpenLineage (its listener calls after execute).
@@ -389,6 +391,11 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
                 "source_end_version": result.end_version, "sink_version": result.sink_version,
             }
         return result.to_dict()
+
+    @property
+    def spark_ui_url(self) -> str | None:
+        """The web UI of the Spark driver that ran this task's job (see SparkUILink)."""
+        return self._job_result.spark_ui_url if self._job_result else None
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """OpenLineage (called by its provider): the source at the last version read, the
