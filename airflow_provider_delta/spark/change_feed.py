@@ -21,8 +21,9 @@ from dataclasses import replace
 from functools import reduce
 
 import numpy as np
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import ArrayType, DataType, MapType, StructType
 
 from airflow_provider_delta.core import plan_change_feed
 from airflow_provider_delta.core.change_feed import (
@@ -43,6 +44,7 @@ _CDF_FIELDS = (
     {"name": COMMIT_TIMESTAMP, "type": "timestamp", "nullable": True, "metadata": {}},
 )
 _BALANCE = "__delta_provider_balance"
+_KEY = "__delta_provider_comparable_"
 
 
 def read_change_feed(
@@ -166,16 +168,60 @@ def _with_cdf_columns(metadata: TableMetadata, tagged: tuple[str, ...]) -> Table
 
 def _net_changes(rows: DataFrame) -> DataFrame:
     """Removed minus added rows, per commit, as multisets (see the module docstring)."""
-    values = [F.col(quoted(name)) for name in rows.columns if name != CHANGE_TYPE]
+    plain, keyed = [], {}
+    for field in rows.schema.fields:
+        if field.name == CHANGE_TYPE:
+            continue
+        if _holds_map(field.dataType):
+            keyed[field.name] = _comparable(F.col(quoted(field.name)), field.dataType)
+        else:
+            plain.append(F.col(quoted(field.name)))
+    keys = [key.alias(f"{_KEY}{number}") for number, key in enumerate(keyed.values())]
     sign = F.when(F.col(CHANGE_TYPE) == DELETE, 1).otherwise(-1)
-    balances = rows.groupBy(*values).agg(F.sum(sign).alias(_BALANCE))
+    balances = rows.groupBy(*plain, *keys).agg(
+        F.sum(sign).alias(_BALANCE), *[F.first(quoted(name)).alias(name) for name in keyed])
     balance = F.col(_BALANCE)
     return (
         balances.where(balance != 0)
-        .select(*values, F.when(balance > 0, DELETE).otherwise(INSERT).alias(CHANGE_TYPE),
+        .select(*[F.col(quoted(f.name)) for f in rows.schema.fields if f.name != CHANGE_TYPE],
+                F.when(balance > 0, DELETE).otherwise(INSERT).alias(CHANGE_TYPE),
                 F.explode(F.sequence(F.lit(1).cast("long"), F.abs(balance))).alias(_BALANCE))
         .drop(_BALANCE)
     )
+
+
+def _holds_map(data_type: DataType) -> bool:
+    if isinstance(data_type, MapType):
+        return True
+    if isinstance(data_type, ArrayType):
+        return _holds_map(data_type.elementType)
+    if isinstance(data_type, StructType):
+        return any(_holds_map(f.dataType) for f in data_type.fields)
+    return False
+
+
+def _comparable(column: Column, data_type: DataType) -> Column:
+    """A value to group by in place of one holding maps: each map as its entries sorted by key.
+
+    Spark cannot group by maps (older versions) or loses their null values when it does
+    (4.3 sorts them with ``mapsort``, null values coming out as 0); arrays of structs group.
+    """
+    if isinstance(data_type, MapType):
+        entries = F.array_sort(F.map_entries(column), _by_key)
+        return F.transform(entries, lambda entry: F.struct(
+            entry["key"].alias("key"),
+            _comparable(entry["value"], data_type.valueType).alias("value")))
+    if isinstance(data_type, ArrayType) and _holds_map(data_type.elementType):
+        return F.transform(column, lambda element: _comparable(element, data_type.elementType))
+    if isinstance(data_type, StructType) and _holds_map(data_type):
+        fields = [_comparable(column[f.name], f.dataType).alias(f.name) for f in data_type.fields]
+        return F.when(column.isNotNull(), F.struct(*fields))
+    return column
+
+
+def _by_key(left: Column, right: Column) -> Column:
+    return (F.when(left["key"] < right["key"], -1)
+            .when(left["key"] > right["key"], 1).otherwise(0))
 
 
 def _union(frames: list[DataFrame]) -> DataFrame:
