@@ -17,7 +17,8 @@ Side by side in one run on one local SparkSession (the sides alternate, medians 
    Goal: speed-up >= 10 on the clustered case.
 
 Usage: ``python benchmarks/bench_change_feed.py [--rows 1000000] [--commits 10] [--files 40]
-[--repeat 3]``. Tables are written with ``deltalake`` into a temp folder.
+[--repeat 3] [--part feed|merge|both]``. Tables are written with ``deltalake`` into a temp
+folder.
 """
 
 from __future__ import annotations
@@ -138,12 +139,15 @@ def main() -> None:
     parser.add_argument("--commits", type=int, default=10)
     parser.add_argument("--files", type=int, default=40)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--part", choices=("feed", "merge", "both"), default="both")
     args = parser.parse_args()
 
     spark = local_spark()
     work = Path(tempfile.mkdtemp(prefix="bench-change-feed-"))
-    bench_feed(spark, work, args.rows, args.commits, args.repeat)
-    bench_merge(spark, work, args.rows, args.files, args.repeat)
+    if args.part != "merge":
+        bench_feed(spark, work, args.rows, args.commits, args.repeat)
+    if args.part != "feed":
+        bench_merge(spark, work, args.rows, args.files, args.repeat)
     print(f"load average (1, 5, 15 min): {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
     spark.stop()
     shutil.rmtree(work, ignore_errors=True)
