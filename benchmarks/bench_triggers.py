@@ -1,0 +1,306 @@
+"""Benchmark of N deferred DeltaVersionTriggers in one event loop, as Airflow's triggerer runs them.
+
+Each trigger is driven the way ``TriggerRunner.run_trigger`` of the installed Airflow drives
+it: a task per trigger (with a greenback portal), and -- when the trigger declares a
+``shared_stream_key`` -- through Airflow's own ``SharedStreamManager`` and the trigger's
+``filter_shared_stream``, else through ``run()``. Every trigger waits (``fire_once``,
+``poll_interval`` 1 s) for version 1 of a local table: N separate tables, or one shared table.
+Once every trigger has made its first check, an idle window measures:
+
+* idle CPU: the process's own CPU time (all threads) over the window, in cores;
+* listings: calls of the log listing (``newest_version``) per second, and per table;
+* INFO log lines per second;
+* event-loop lag: a ticker sleeping 100 ms (the triggerer's watchdog period) records its
+  oversleep, p99 and max, idle and while the events fire;
+* RSS added by the triggers (VmRSS after the window minus before creating them).
+
+Then version 1 is committed to every table (a commit written by deltalake, kept aside and
+renamed into ``_delta_log``, as a local commit appears), the tables' commits spread evenly over
+one poll interval so that they fall at every phase of the polls; the detection time of each
+trigger (event time minus its table's commit time) gives p50/p99.
+
+Every scenario runs in its own process. ``--baseline-rev REV`` runs each scenario also on the
+package as it was at git revision REV (side by side, same machine state) and prints ratios.
+
+Run: ``.venv/bin/python benchmarks/bench_triggers.py [--sizes 100,1000] [--layouts
+separate,shared] [--idle 5] [--baseline-rev 624b1f9]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+LAG_TICK = 0.1
+POLL_INTERVAL = 1.0
+PENDING_COMMIT = "next-commit.json.pending"  # outside _delta_log until its moment comes
+
+
+# -- tables ------------------------------------------------------------------------------
+
+def template_table(workdir: Path) -> Path:
+    """Version 0 written by deltalake; version 1 written too, then set aside for later."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    path = workdir / "template"
+    if not (path / PENDING_COMMIT).exists():
+        shutil.rmtree(path, ignore_errors=True)
+        for rows in range(2):
+            write_deltalake(str(path), pa.table({"id": pa.array([rows], pa.int64())}),
+                            mode="append")
+        os.rename(path / "_delta_log" / f"{1:020d}.json", path / PENDING_COMMIT)
+    return path
+
+
+def fresh_tables(workdir: Path, count: int) -> list[Path]:
+    template = template_table(workdir)
+    root = workdir / f"tables-{count}"
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    return [Path(shutil.copytree(template, root / f"t{i:05d}")) for i in range(count)]
+
+
+def commit_spread(tables: list[Path]) -> dict[str, float]:
+    """Commit version 1 to each table, spread evenly over one poll interval (so the commits
+    fall at every phase of the polls); the time of each commit by table."""
+    committed = {}
+    started = time.monotonic()
+    for index, table in enumerate(tables):
+        time.sleep(max(0.0, started + index * POLL_INTERVAL / len(tables) - time.monotonic()))
+        os.rename(table / PENDING_COMMIT, table / "_delta_log" / f"{1:020d}.json")
+        committed[str(table)] = time.time()
+    return committed
+
+
+# -- measuring -----------------------------------------------------------------------------
+
+def rss_bytes() -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS in /proc/self/status")
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))] if ordered else float("nan")
+
+
+class LagTicker:
+    """Oversleep of a 100 ms sleep, the blocked-loop measure of the triggerer's watchdog."""
+
+    def __init__(self):
+        self.samples: list[float] = []
+
+    async def run(self) -> None:
+        while True:
+            started = time.monotonic()
+            await asyncio.sleep(LAG_TICK)
+            self.samples.append(time.monotonic() - started - LAG_TICK)
+
+    def take(self) -> list[float]:
+        taken, self.samples = self.samples, []
+        return taken
+
+
+class CountingHandler(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.lines = 0
+        self.bytes = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines += 1
+        self.bytes += len(self.format(record))
+
+
+def count_listings() -> dict[str, int]:
+    """Count the log listings of every poll, per table (``newest_version`` as the probe calls it)."""
+    from airflow_provider_delta.core import probe
+
+    per_table: dict[str, int] = {}
+    listing = probe.newest_version
+
+    def counted(location, since=None):
+        per_table[location.table_uri] = per_table.get(location.table_uri, 0) + 1
+        return listing(location, since)
+
+    probe.newest_version = counted
+    return per_table
+
+
+# -- one scenario (its own process) --------------------------------------------------------
+
+async def drive(trigger, streams, fired: dict[int, float], index: int) -> None:
+    """What ``TriggerRunner.run_trigger`` does with a trigger's events, minus the bookkeeping."""
+    import greenback
+
+    await greenback.ensure_portal()
+    key = trigger.shared_stream_key() if hasattr(trigger, "shared_stream_key") else None
+    try:
+        if key is not None:
+            events = trigger.filter_shared_stream(streams.subscribe(trigger_id=index,
+                                                                    trigger=trigger, key=key))
+        else:
+            events = trigger.run()
+        async for event in events:
+            assert event.payload["status"] == "success", event.payload
+            fired[index] = time.time()
+    finally:
+        if key is not None:
+            await streams.unsubscribe(index, key)
+
+
+async def scenario(count: int, layout: str, workdir: Path, idle: float) -> dict:
+    from airflow.triggers.shared_stream import SharedStreamManager
+
+    from airflow_provider_delta.triggers import DeltaVersionTrigger
+
+    tables = fresh_tables(workdir, count if layout == "separate" else 1)
+    uris = [str(tables[i % len(tables)]) for i in range(count)]
+    listings = count_listings()
+    log_lines = CountingHandler()
+    logging.getLogger().addHandler(log_lines)
+    logging.getLogger().setLevel(logging.INFO)
+    ticker = LagTicker()
+    ticking = asyncio.ensure_future(ticker.run())
+    await asyncio.sleep(0.3)
+
+    rss_before = rss_bytes()
+    streams = SharedStreamManager()
+    fired: dict[int, float] = {}
+    started = time.monotonic()
+    tasks = [asyncio.ensure_future(drive(
+        DeltaVersionTrigger(table_uri=uri, start_version=1, poll_interval=POLL_INTERVAL,
+                            fire_once=True), streams, fired, i)) for i, uri in enumerate(uris)]
+    while sum(listings.values()) < count and time.monotonic() - started < 120:
+        await asyncio.sleep(0.1)  # every trigger made its first check
+    first_checks_s = time.monotonic() - started
+    await asyncio.sleep(2 * POLL_INTERVAL)
+    assert not fired, "fired before the commit"
+
+    ticker.take()
+    listed_before, lines_before = sum(listings.values()), log_lines.lines
+    cpu_before, wall_before = time.process_time(), time.monotonic()
+    await asyncio.sleep(idle)
+    idle_cpu = (time.process_time() - cpu_before) / (time.monotonic() - wall_before)
+    idle_wall = time.monotonic() - wall_before
+    idle_lag = ticker.take()
+    rss_added = rss_bytes() - rss_before
+    idle_listings = (sum(listings.values()) - listed_before) / idle_wall
+    idle_lines = (log_lines.lines - lines_before) / idle_wall
+
+    await asyncio.sleep(random.random() * POLL_INTERVAL)  # a shared table: any phase
+    committed = await asyncio.to_thread(commit_spread, tables)  # off the loop, as another
+    # process's commits would be
+    deadline = time.monotonic() + 60
+    while len(fired) < count and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    firing_lag = ticker.take()
+    detections = [fired[i] - committed[uri] for i, uri in enumerate(uris) if i in fired]
+    for task in tasks:
+        task.cancel()
+    ticking.cancel()
+    await asyncio.gather(*tasks, ticking, return_exceptions=True)
+    return {
+        "count": count, "layout": layout, "fired": len(fired),
+        "first_checks_s": first_checks_s,
+        "detect_p50": percentile(detections, 0.5), "detect_p99": percentile(detections, 0.99),
+        "idle_cpu": idle_cpu, "idle_listings_per_s": idle_listings,
+        "listings_per_table_per_s": idle_listings / len(tables),
+        "idle_info_lines_per_s": idle_lines,
+        "lag_idle_p99": percentile(idle_lag, 0.99), "lag_idle_max": max(idle_lag, default=0.0),
+        "lag_firing_max": max(firing_lag, default=0.0),
+        "rss_added_mib": rss_added / 2**20,
+    }
+
+
+# -- the runs ------------------------------------------------------------------------------
+
+def package_at(revision: str, into: Path) -> Path:
+    """The package as it was at ``revision`` (git archive), for side-by-side runs."""
+    repo = Path(__file__).resolve().parent.parent
+    archive = subprocess.run(["git", "-C", str(repo), "archive", revision, "airflow_provider_delta"],
+                             check=True, capture_output=True).stdout
+    target = into / f"package-{revision}"
+    shutil.rmtree(target, ignore_errors=True)
+    target.mkdir(parents=True)
+    with tarfile.open(fileobj=__import__("io").BytesIO(archive)) as tar:
+        tar.extractall(target, filter="data")
+    return target
+
+
+def run_scenario(count: int, layout: str, workdir: Path, idle: float,
+                 package_root: Path | None) -> dict:
+    env = dict(os.environ)
+    if package_root is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(package_root),
+                                                          env.get("PYTHONPATH")]))
+    done = subprocess.run(
+        [sys.executable, __file__, "--scenario", f"{count},{layout}", "--workdir", str(workdir),
+         "--idle", str(idle)], env=env, check=True, capture_output=True, text=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def print_row(label: str, result: dict) -> None:
+    print(f"  {label:<9} N={result['count']:>5} {result['layout']:<8} "
+          f"fired {result['fired']:>5} | detect p50 {result['detect_p50']:.2f} s "
+          f"p99 {result['detect_p99']:.2f} s | idle CPU {result['idle_cpu']:.3f} cores | "
+          f"listings {result['idle_listings_per_s']:.0f}/s "
+          f"({result['listings_per_table_per_s']:.2f}/table/s) | "
+          f"INFO {result['idle_info_lines_per_s']:.0f} lines/s | "
+          f"loop lag idle p99 {result['lag_idle_p99'] * 1e3:.0f} ms "
+          f"max {result['lag_idle_max'] * 1e3:.0f} ms, firing max "
+          f"{result['lag_firing_max'] * 1e3:.0f} ms | RSS +{result['rss_added_mib']:.1f} MiB | "
+          f"first checks {result['first_checks_s']:.1f} s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="100,1000", help="trigger counts, e.g. 100,1000,3000")
+    parser.add_argument("--layouts", default="separate,shared")
+    parser.add_argument("--idle", type=float, default=5.0, help="seconds of the idle window")
+    parser.add_argument("--workdir", default=str(Path(tempfile.gettempdir()) / "trigger-bench"))
+    parser.add_argument("--baseline-rev", default="",
+                        help="also run each scenario on the package at this git revision")
+    parser.add_argument("--scenario", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    workdir = Path(args.workdir)
+    if args.scenario:
+        count, layout = args.scenario.split(",")
+        logging.getLogger("airflow").setLevel(logging.INFO)
+        result = asyncio.run(scenario(int(count), layout, workdir, args.idle))
+        print(json.dumps(result))
+        return
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    baseline = package_at(args.baseline_rev, workdir) if args.baseline_rev else None
+    print(f"DeltaVersionTrigger x N in one event loop, poll_interval {POLL_INTERVAL:g} s, "
+          f"idle window {args.idle:g} s; load average before: {os.getloadavg()}")
+    for count in (int(size) for size in args.sizes.split(",")):
+        for layout in args.layouts.split(","):
+            ours = run_scenario(count, layout, workdir / "ours", args.idle, None)
+            print_row("this tree", ours)
+            if baseline is not None:
+                theirs = run_scenario(count, layout, workdir / "base", args.idle, baseline)
+                print_row(args.baseline_rev[:9], theirs)
+                print(f"  {'ratio':<9} idle CPU x{theirs['idle_cpu'] / max(ours['idle_cpu'], 1e-9):.1f} "
+                      f"less, detect p99 {ours['detect_p99'] / theirs['detect_p99']:.2f}")
+    print(f"load average after: {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()
