@@ -58,22 +58,30 @@ class VersionProbe:
         check_protocol(self.table_uri, protocol, version)
         return table_metadata(state.metadata or {}, protocol).table_id
 
-    def new_range(self, start_version: int, latest: int, min_new_versions: int = 1
+    def new_range(self, start_version: int, latest: int, min_new_versions: int = 1, *,
+                  latest_commit_timestamp: int | None = None, quiet: bool = False
                   ) -> VersionRange | None:
-        """The range ``start_version..latest`` if it holds at least ``min_new_versions`` commits."""
+        """The range ``start_version..latest`` if it holds at least ``min_new_versions`` commits.
+
+        ``latest_commit_timestamp``, when a shared poll read it already, spares the read of the
+        head commit; ``quiet`` logs at DEBUG (a trigger logs at INFO once a minute at most).
+        """
+        level = logging.DEBUG if quiet else logging.INFO
         new_versions = latest - start_version + 1
         if new_versions < min_new_versions:
-            log.info(
-                "%s: %d new version(s) from %d (latest %d), waiting for %d",
+            log.log(
+                level, "%s: %d new version(s) from %d (latest %d), waiting for %d",
                 self.table_uri, max(new_versions, 0), start_version, latest, min_new_versions,
             )
             return None
-        log.info("%s: new versions %d..%d", self.table_uri, start_version, latest)
+        log.log(level, "%s: new versions %d..%d", self.table_uri, start_version, latest)
+        if latest_commit_timestamp is None:
+            latest_commit_timestamp = self.commit_timestamp(latest)
         return VersionRange(
             table_uri=self.table_uri,
             start_version=start_version,
             end_version=latest,
-            latest_commit_timestamp=self.commit_timestamp(latest),
+            latest_commit_timestamp=latest_commit_timestamp,
         )
 
     def commit_timestamp(self, version: int) -> int:

@@ -14,23 +14,35 @@ Two uses:
 Delivery is **at least once**: the event is emitted before the watermark is stored, so a crash
 between the two announces the same range again. Consumers deduplicate on ``end_version``.
 
-The listing runs in a worker thread, off the event loop. Transient storage errors are retried
-with exponential backoff (up to ``max_backoff`` seconds); permanent ones (not a Delta table,
-unsupported or catalog-managed table, bad watermark) end a ``fire_once`` trigger with an error
-event and make a watcher fail loudly.
+Triggers of one process that watch the same table (same URI, connection, ``poll_interval`` and
+``max_backoff``) share one listing per interval (:mod:`.pollers`), through Airflow's shared
+trigger streams where the triggerer has them (``shared_stream_key``, Airflow >= 3.3) and
+through the same process-wide poller registry from ``run()`` where it has not. Each trigger
+still checks the table once on its own when it starts (its own watermark decides which
+commits must exist), then follows the shared polls. Listings run in worker threads, off the
+event loop. Transient storage errors are retried with exponential backoff (up to
+``max_backoff`` seconds); permanent ones (not a Delta table, unsupported or catalog-managed
+table, bad watermark) end a ``fire_once`` trigger with an error event and make a watcher fail
+loudly -- except a table that does not exist yet: a watcher waits for it. An idle poll logs at
+DEBUG; a trigger logs its progress at INFO at most once a minute.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
+from contextlib import aclosing
+from dataclasses import astuple
 from typing import Any
 
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
 from airflow_provider_delta.core.probe import VersionProbe, VersionRange
-from airflow_provider_delta.errors import DeltaProviderError
+from airflow_provider_delta.errors import DeltaProviderError, TableNotFoundError
+from airflow_provider_delta.storage import to_uri
+from airflow_provider_delta.triggers.pollers import Poll, PollKey, registry
 from airflow_provider_delta.watermarks import (
     Initial,
     LoadStart,
@@ -41,6 +53,7 @@ from airflow_provider_delta.watermarks import (
 )
 
 WATCHER_STATE_KEY = "delta_announced_version"
+PROGRESS_LOG_SECONDS = 60.0
 
 
 class DeltaVersionTrigger(BaseEventTrigger):
@@ -90,6 +103,8 @@ class DeltaVersionTrigger(BaseEventTrigger):
         self.fire_once = fire_once
         self.state_key = state_key
         self.max_backoff = max_backoff
+        self._info_logged_at = float("-inf")
+        self._shared_by_assets = False  # several assets watch through this one trigger
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -108,9 +123,28 @@ class DeltaVersionTrigger(BaseEventTrigger):
             },
         )
 
+    def shared_stream_key(self) -> Hashable:
+        """Triggers with equal keys share one poll in Airflow's triggerer (Airflow >= 3.3)."""
+        return ("delta-versions", *astuple(self._poll_key()))
+
+    @classmethod
+    async def open_shared_stream(cls, kwargs: dict[str, Any]) -> AsyncIterator[Poll]:
+        """The polls of the table in ``kwargs``, shared by every trigger of the process."""
+        trigger = cls(**kwargs)
+        async for found in registry().subscribe(trigger._poll_key(), trigger._open_probe):
+            yield found
+
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        """Where the triggerer does not share streams: the same polls, shared by the registry."""
+        async with aclosing(self.open_shared_stream(self.serialize()[1])) as polls:
+            async for event in self.filter_shared_stream(polls):
+                yield event
+
+    async def filter_shared_stream(self, shared_stream: AsyncIterator[Poll]
+                                   ) -> AsyncIterator[TriggerEvent]:
+        """This trigger's events, from its own first check and then the table's shared polls."""
         try:
-            probe = VersionProbe(self.table_uri, await self._storage_options())
+            probe = await self._open_probe()
             start = LoadStart("changes", self.start_version)
             if self.start_version is None:
                 start = await self._retrying(self._start_from_watermark, probe)
@@ -124,7 +158,7 @@ class DeltaVersionTrigger(BaseEventTrigger):
                 raise
             yield self._error_event(err)
             return
-        async for found in self._new_ranges(start.version, probe):
+        async for found in self._new_ranges(start.version, probe, shared_stream):
             if isinstance(found, DeltaProviderError):
                 yield self._error_event(found)
                 return
@@ -141,36 +175,70 @@ class DeltaVersionTrigger(BaseEventTrigger):
                         ) -> AsyncIterator[TriggerEvent]:
         """The event of ``found``; then a watcher's watermark moves to its end (at least once)."""
         yield TriggerEvent({"status": "success", **found, "mode": mode})
-        if not self.fire_once and self.asset_state_store is not None:
+        if not self.fire_once and self.asset_state_store is not None and not self._shared_by_assets:
             await self.asset_state_store.aset(
                 self.state_key, encode_watermark(found["end_version"], probe.table_id))
 
     async def _new_ranges(
-        self, start_version: int, probe: VersionProbe
+        self, start_version: int, probe: VersionProbe, polls: AsyncIterator[Poll]
     ) -> AsyncIterator[VersionRange | DeltaProviderError | None]:
-        """Poll until a range is found; ``None`` means timed out, an error means give up."""
-        failures = 0
+        """Ranges as found, first by this trigger's own check, then by the shared polls.
+
+        ``None`` means timed out, an error means give up.
+        """
+        if self._timed_out():
+            yield None
+            return
+        try:
+            outcome = await asyncio.to_thread(self._check, probe, start_version)
+        except DeltaProviderError as err:
+            outcome = Poll(error=err, failures=1)
+        polls = aiter(polls)
         while True:
-            if self.timeout_at is not None and time.time() >= self.timeout_at:
+            if isinstance(outcome, Poll):
+                outcome = self._range_of(outcome, probe, start_version)
+            if isinstance(outcome, DeltaProviderError):
+                yield outcome
+                return
+            if outcome is not None:
+                yield outcome
+                start_version = outcome["end_version"] + 1
+            outcome = await self._next_poll(polls)
+            if outcome is None:
                 yield None
                 return
-            try:
-                found = await asyncio.to_thread(self._check, probe, start_version)
-                failures = 0
-            except DeltaProviderError as err:
-                if err.permanent:
-                    if not self.fire_once:
-                        raise
-                    yield err
-                    return
-                failures += 1
-                self.log.warning("%s (attempt %d); retrying with backoff", err, failures)
-                found = None
-            if found is not None:
-                yield found
-                start_version = found["end_version"] + 1
-                continue
-            await asyncio.sleep(self._next_wait(failures))
+
+    def _range_of(self, found: Poll, probe: VersionProbe, start_version: int
+                  ) -> VersionRange | DeltaProviderError | None:
+        """What a poll means to this trigger: a range, nothing yet, or an error to give up on."""
+        if found.error is not None:
+            return self._unless_retried(found.error, found.failures)
+        if found.latest is None:
+            return None
+        return probe.new_range(start_version, found.latest, self.min_new_versions,
+                               latest_commit_timestamp=found.latest_commit_timestamp,
+                               quiet=not self._progress_log_due())
+
+    def _unless_retried(self, err: DeltaProviderError, failures: int) -> DeltaProviderError | None:
+        """``err`` if it ends the wait; None (after logging) if the polls carry on."""
+        if self._waits_for_table(err):
+            self._log_progress("%s (a watcher waits for the table to be created)", err)
+            return None
+        if err.permanent:
+            if not self.fire_once:
+                raise err
+            return err
+        self.log.warning("%s (attempt %d); retrying with backoff", err, failures)
+        return None
+
+    async def _next_poll(self, polls: AsyncIterator[Poll]) -> Poll | None:
+        """The next shared poll; None once the timeout has passed."""
+        if self.timeout_at is None:
+            return await anext(polls)
+        try:
+            return await asyncio.wait_for(anext(polls), max(self.timeout_at - time.time(), 0.0))
+        except asyncio.TimeoutError:  # TimeoutError's alias from Python 3.11 on
+            return None
 
     async def _retrying(self, step: Callable[[VersionProbe], Awaitable[LoadStart]],
                         probe: VersionProbe) -> LoadStart:
@@ -180,15 +248,46 @@ class DeltaVersionTrigger(BaseEventTrigger):
             try:
                 return await step(probe)
             except DeltaProviderError as err:
+                if self._waits_for_table(err):
+                    self._log_progress("%s (a watcher waits for the table to be created)", err)
+                    await asyncio.sleep(self.poll_interval)
+                    continue
                 if err.permanent:
                     raise
                 failures += 1
                 self.log.warning("%s (attempt %d); retrying with backoff", err, failures)
                 await asyncio.sleep(self._next_wait(failures))
 
+    def _waits_for_table(self, err: DeltaProviderError) -> bool:
+        """A watcher may be set up before its table: a missing table is then worth waiting for."""
+        return not self.fire_once and isinstance(err, TableNotFoundError)
+
+    def _progress_log_due(self) -> bool:
+        """True at most once per :data:`PROGRESS_LOG_SECONDS`: the INFO line's turn."""
+        now = time.monotonic()
+        if now - self._info_logged_at < PROGRESS_LOG_SECONDS:
+            return False
+        self._info_logged_at = now
+        return True
+
+    def _log_progress(self, message: str, *args: object) -> None:
+        """``message`` at INFO at most once a minute, else at DEBUG."""
+        self.log.log(logging.INFO if self._progress_log_due() else logging.DEBUG, message, *args)
+
     def _check(self, probe: VersionProbe, start_version: int) -> VersionRange | None:
         latest = probe.latest(since=start_version - 1 if start_version > 0 else None)
-        return probe.new_range(start_version, latest, self.min_new_versions)
+        return probe.new_range(start_version, latest, self.min_new_versions,
+                               quiet=not self._progress_log_due())
+
+    def _timed_out(self) -> bool:
+        return self.timeout_at is not None and time.time() >= self.timeout_at
+
+    def _poll_key(self) -> PollKey:
+        return PollKey(to_uri(self.table_uri), self.delta_conn_id, float(self.poll_interval),
+                       float(self.max_backoff))
+
+    async def _open_probe(self) -> VersionProbe:
+        return VersionProbe(self.table_uri, await self._storage_options())
 
     def _next_wait(self, failures: int) -> float:
         wait = min(self.poll_interval * 2**failures, max(self.max_backoff, self.poll_interval))
@@ -205,17 +304,29 @@ class DeltaVersionTrigger(BaseEventTrigger):
 
     async def _start_from_watermark(self, probe: VersionProbe) -> LoadStart:
         """A watcher's start: after its stored watermark, else as ``initial`` says."""
-        stored = None
-        if self.asset_state_store is not None:
-            stored = parse_watermark(await self.asset_state_store.aget(self.state_key),
-                                     table_uri=self.table_uri,
-                                     where=f"asset state {self.state_key!r}")
+        stored = parse_watermark(await self._stored_watermark(), table_uri=self.table_uri,
+                                 where=f"asset state {self.state_key!r}")
         latest = await asyncio.to_thread(probe.latest, None if stored is None else stored.version)
         start = resolve_load_start(stored, table_id=probe.table_id, latest=latest,
                                    initial=self.initial, table_uri=self.table_uri)
         self.log.info("%s: watching from version %d, %s (watermark %s)", self.table_uri,
                       start.version, start.mode, stored)
         return start
+
+    async def _stored_watermark(self) -> object:
+        """The asset state's watermark; None without one, or when several assets share us."""
+        if self.asset_state_store is None:
+            return None
+        try:
+            return await self.asset_state_store.aget(self.state_key)
+        except ValueError:  # the store refuses to choose among several assets
+            self._shared_by_assets = True
+            self.log.warning(
+                "%s: several assets are watched through this one trigger, so its watermark is "
+                "kept in memory only (a restarted triggerer applies initial=%r again); give each "
+                "asset its own trigger (e.g. its own state_key) to keep one per asset.",
+                self.table_uri, self.initial)
+            return None
 
     def _error_event(self, err: DeltaProviderError) -> TriggerEvent:
         return TriggerEvent({"status": "error", "table_uri": self.table_uri, "message": str(err)})

@@ -130,9 +130,10 @@ def test_watcher_announces_the_snapshot_first_by_default(growing_table):
     assert (changes["mode"], changes["start_version"], changes["end_version"]) == ("changes", 2, 2)
 
 
-def test_watcher_raises_on_permanent_errors(tmp_path):
-    trigger = DeltaVersionTrigger(table_uri=str(tmp_path / "gone"), poll_interval=0.05)
-    with pytest.raises(Exception, match="is not a Delta table"):
+def test_watcher_raises_on_permanent_errors(shared_table):
+    trigger = DeltaVersionTrigger(table_uri=shared_table("delta-kernel/catalog-owned-preview"),
+                                  poll_interval=0.05)
+    with pytest.raises(Exception, match="catalog-managed"):
         asyncio.run(anext(trigger.run()))
 
 
@@ -160,7 +161,7 @@ def test_catalog_managed_table_ends_with_an_error_event(shared_table):
 
 
 def test_start_up_retries_transient_errors_and_gives_up_on_permanent_ones():
-    from airflow_provider_delta.errors import TableNotFoundError, TransientStorageError
+    from airflow_provider_delta.errors import StorageAccessError, TransientStorageError
 
     trigger = DeltaVersionTrigger(table_uri="s3://b/t", poll_interval=0.01)
     outcomes = [TransientStorageError("s3://b/t", "503 Slow Down"), LoadStart("changes", 7)]
@@ -174,8 +175,8 @@ def test_start_up_retries_transient_errors_and_gives_up_on_permanent_ones():
     assert asyncio.run(trigger._retrying(flaky_step, None)) == LoadStart("changes", 7)
     assert outcomes == []
 
-    async def missing_table(probe):
-        raise TableNotFoundError("s3://b/t")
+    async def refused(probe):
+        raise StorageAccessError("s3://b/t", "403 Forbidden", "the connection's keys")
 
-    with pytest.raises(TableNotFoundError):
-        asyncio.run(trigger._retrying(missing_table, None))
+    with pytest.raises(StorageAccessError):
+        asyncio.run(trigger._retrying(refused, None))

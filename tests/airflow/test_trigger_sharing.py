@@ -1,0 +1,156 @@
+"""Many DeltaVersionTriggers in one event loop: shared polls, quiet idle logs, watchers that wait
+for their table, and one trigger shared by several assets (real local tables)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+import time
+
+import pytest
+from airflow.sdk import Asset
+from airflow.sdk.execution_time.context import AssetStateStoreAccessors
+
+from airflow_provider_delta.core import probe as probe_module
+from airflow_provider_delta.triggers import DeltaVersionTrigger
+
+POLL = 0.1
+
+
+def trigger_log(capsys, text: str) -> list[str]:
+    """The level names of the trigger's log lines (Airflow renders them on stdout) with ``text``."""
+    lines = [line for line in capsys.readouterr().out.splitlines() if text in line]
+    return [line.split("[", 1)[1].split("]", 1)[0].strip() for line in lines]
+
+
+@pytest.fixture
+def listings(monkeypatch) -> dict[str, int]:
+    """Log listings made, by table (the real listing runs; it is only counted)."""
+    counts: dict[str, int] = {}
+    listing = probe_module.newest_version
+
+    def counted(location, since=None):
+        counts[location.table_uri] = counts.get(location.table_uri, 0) + 1
+        return listing(location, since)
+
+    monkeypatch.setattr(probe_module, "newest_version", counted)
+    return counts
+
+
+async def first_events(triggers: list[DeltaVersionTrigger], *, commit_later=None,
+                       idle: float = 1.0) -> list[dict]:
+    """Run the triggers side by side to their first events; commit after ``idle`` seconds."""
+    waiting = [asyncio.ensure_future(anext(trigger.run())) for trigger in triggers]
+    if commit_later is not None:
+        await asyncio.sleep(idle)
+        await asyncio.to_thread(commit_later)
+    events = await asyncio.wait_for(asyncio.gather(*waiting), timeout=60)
+    return [event.payload for event in events]
+
+
+def test_triggers_on_one_table_share_one_listing_per_interval(growing_table, listings):
+    table = growing_table(1)
+    triggers = [DeltaVersionTrigger(table_uri=table.uri, start_version=1, poll_interval=POLL,
+                                    fire_once=True) for _ in range(20)]
+
+    async def scenario():
+        waiting = [asyncio.ensure_future(anext(trigger.run())) for trigger in triggers]
+        await asyncio.sleep(0.5)  # every trigger made its own first check
+        before = listings[table.uri]
+        await asyncio.sleep(1.0)
+        shared_polls = listings[table.uri] - before
+        await asyncio.to_thread(table.append)
+        events = await asyncio.wait_for(asyncio.gather(*waiting), timeout=60)
+        return shared_polls, [event.payload for event in events]
+
+    shared_polls, payloads = asyncio.run(scenario())
+    assert 5 <= shared_polls <= 12  # about 1 s / POLL, not 20 triggers x 10
+    assert {(p["status"], p["start_version"], p["end_version"]) for p in payloads} == {
+        ("success", 1, 1)}
+
+
+def test_triggers_sharing_a_table_each_keep_their_own_start(growing_table):
+    table = growing_table(2)  # versions 0..1
+    early = DeltaVersionTrigger(table_uri=table.uri, start_version=1, poll_interval=POLL,
+                                fire_once=True)
+    waiting = DeltaVersionTrigger(table_uri=table.uri, start_version=2, poll_interval=POLL,
+                                  fire_once=True)
+    enough = DeltaVersionTrigger(table_uri=table.uri, start_version=1, min_new_versions=2,
+                                 poll_interval=POLL, fire_once=True)
+    payloads = asyncio.run(first_events([early, waiting, enough], commit_later=table.append))
+    assert [(p["start_version"], p["end_version"]) for p in payloads] == [(1, 1), (2, 2), (1, 2)]
+
+
+def test_an_idle_trigger_logs_its_polls_at_debug(growing_table, caplog):
+    table = growing_table(1)
+    trigger = DeltaVersionTrigger(table_uri=table.uri, start_version=1, poll_interval=0.05,
+                                  fire_once=True)
+    with caplog.at_level(logging.DEBUG):
+        payloads = asyncio.run(first_events([trigger], commit_later=table.append))
+    assert payloads[0]["end_version"] == 1
+    waiting_lines = [r for r in caplog.records if "waiting for" in r.getMessage()
+                     or "polled" in r.getMessage()]
+    assert len(waiting_lines) >= 10, "the idle polls are logged"
+    assert [r.levelno for r in waiting_lines].count(logging.INFO) <= 1  # at most once a minute
+
+
+def watch(trigger: DeltaVersionTrigger, *steps) -> list[dict]:
+    """Run a watcher to one event per step: wait 0.5 s (nothing may fire), run ``step()`` in a
+    thread, then take the next event."""
+
+    async def scenario():
+        events = trigger.run()
+        payloads = []
+        for step in steps:
+            pending = asyncio.ensure_future(anext(events))
+            await asyncio.sleep(0.5)
+            assert not pending.done(), pending.exception() or pending.result().payload
+            await asyncio.to_thread(step)
+            payloads.append((await asyncio.wait_for(pending, 30)).payload)
+        await events.aclose()
+        return payloads
+
+    return asyncio.run(scenario())
+
+
+def ranges(payloads: list[dict]) -> list[tuple[str, int, int]]:
+    return [(p["mode"], p["start_version"], p["end_version"]) for p in payloads]
+
+
+def test_a_watcher_waits_for_a_table_that_does_not_exist_yet(growing_table, tmp_path, capsys):
+    """An AssetWatcher set up before its table: it waits, then announces the first snapshot."""
+    uri = str(tmp_path / "later")
+    trigger = DeltaVersionTrigger(table_uri=uri, poll_interval=POLL)
+    create_or_append = lambda: growing_table(1, uri=uri)  # noqa: E731
+    payloads = watch(trigger, create_or_append, create_or_append)
+    assert ranges(payloads) == [("snapshot", 0, 0), ("changes", 1, 1)]
+    assert trigger_log(capsys, f"{uri} is not a Delta table") == ["info"]  # once a minute
+
+
+def test_a_watcher_waits_when_its_table_is_gone_between_polls(growing_table):
+    """A table dropped (folder deleted) while watched, then recreated: the watcher carries on."""
+    table = growing_table(2, name="dropped")
+    trigger = DeltaVersionTrigger(table_uri=table.uri, initial="latest", poll_interval=POLL)
+
+    def drop_and_recreate():
+        shutil.rmtree(table.uri)
+        time.sleep(0.5)  # polls that find no table
+        growing_table(3, "dropped")
+
+    assert ranges(watch(trigger, drop_and_recreate)) == [("changes", 2, 2)]
+
+
+def test_one_trigger_watching_for_several_assets_announces_without_a_stored_watermark(
+        growing_table, capsys):
+    """Two assets with the same watcher trigger share one trigger, whose state store then has
+    two assets: the watermark is kept in memory (with a warning) instead of failing."""
+    table = growing_table(2)
+    trigger = DeltaVersionTrigger(table_uri=table.uri, initial="latest", poll_interval=POLL)
+    trigger.asset_state_store = AssetStateStoreAccessors(
+        inlets=[Asset(name="orders_for_sales", uri="file:///orders"),
+                Asset(name="orders_for_finance", uri="file:///orders")])
+    payloads = watch(trigger, table.append, table.append)
+    assert ranges(payloads) == [("changes", 2, 2), ("changes", 3, 3)]
+    assert trigger_log(capsys, "several assets are watched through this one trigger") == [
+        "warning"]
