@@ -150,6 +150,7 @@ class TransientStorageError(DeltaProviderError):
             f"{table_uri}: storage request failed ({detail}); it will be retried.",
             table_uri=table_uri,
         )
+        self.detail = detail
 
 
 class WatermarkError(DeltaProviderError):

@@ -85,6 +85,11 @@ def get_provider_info() -> dict:
                         "description": "JSON object of object_store keys passed through unchanged",
                         "schema": {"type": ["object", "null"]},
                     },
+                    "location": {
+                        "label": "Location to test",
+                        "description": "A bucket, folder or table URI that the Test button lists",
+                        "schema": {"type": ["string", "null"]},
+                    },
                 },
             }
         ],

@@ -49,6 +49,17 @@ _HEAD_THREADS = 16  # object-store HEAD requests are latency-bound
 
 StorageOptions = dict[str, str] | None
 
+
+class ConnectionStorageOptions(dict):
+    """Storage options read from an Airflow connection; they remember which one, so that an
+    access error can name the connection to fix."""
+
+    def __init__(self, options: dict[str, str], conn_id: str, conn_type: str):
+        super().__init__(options)
+        self.conn_id = conn_id
+        self.conn_type = conn_type
+
+
 # -- URIs ------------------------------------------------------------------------------------
 
 
@@ -170,14 +181,36 @@ def short_message(exc: Exception) -> str:
 
 
 def _credentials(storage_options: StorageOptions) -> str:
-    """Which credentials were used, by option name (never by value)."""
+    """Which credentials were used: by connection id where known, by option name (never by
+    value)."""
     given = sorted(k for k in storage_options or {}
                    if any(word in k.lower() for word in _CREDENTIAL_WORDS))
+    if isinstance(storage_options, ConnectionStorageOptions):
+        held = f"its {', '.join(given)}" if given else "no keys, so the environment's are used"
+        return (f"the credentials of Airflow connection {storage_options.conn_id!r} (type "
+                f"{storage_options.conn_type}; {held})")
     if given:
-        return (f"the credentials in the storage options ({', '.join(given)}), i.e. the "
-                "login/password or extras of the connection given as delta_conn_id")
+        return (f"the credentials in the storage options ({', '.join(given)}): the "
+                "storage_options given, or the connection given as delta_conn_id")
     return ("the credentials of the environment (no key is in the storage options; set "
-            "delta_conn_id to a delta connection with login and password)")
+            "delta_conn_id to a connection holding keys: delta, aws, wasb, adls or "
+            "google_cloud_platform)")
+
+
+def holds_delta_log(path_or_uri: str, storage_options: StorageOptions = None) -> bool:
+    """Whether a location holds a ``_delta_log``, by one listing request: a location the
+    store refuses (credentials, bucket, endpoint) raises the classified error."""
+    path = local_path(path_or_uri)
+    if path is not None:
+        if not os.path.isdir(path):
+            raise TableNotFoundError(path_or_uri, "no such folder")
+        return os.path.isdir(os.path.join(path, "_delta_log"))
+    store = open_store(path_or_uri, storage_options)
+    try:
+        first = next(iter(obstore.list(store, prefix="_delta_log/", chunk_size=1)), [])
+    except STORE_ERRORS as exc:
+        raise storage_error(path_or_uri, exc, storage_options) from exc
+    return bool(first)
 
 
 # -- small files (job files, sink listings) --------------------------------------------------

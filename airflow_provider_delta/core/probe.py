@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from typing import TypedDict
 
 from airflow_provider_delta.core.actions import table_metadata
@@ -39,9 +38,10 @@ class VersionProbe:
     from the one a watermark was written for.
     """
 
-    def __init__(self, table_uri: str, storage_options: Mapping[str, str] | None = None):
+    def __init__(self, table_uri: str, storage_options: dict[str, str] | None = None):
         self.table_uri = table_uri
-        self.location = TableLocation(table_uri, dict(storage_options) if storage_options else None)
+        # Not copied: options from a connection name it in access errors.
+        self.location = TableLocation(table_uri, storage_options or None)
         self.table_id: str | None = None  # of the head at the first `latest`
 
     def latest(self, since: int | None) -> int:

@@ -1,51 +1,47 @@
-"""DeltaHook: an Airflow ``delta`` connection turned into object-store ``storage_options``.
+"""DeltaHook: an Airflow connection turned into object-store ``storage_options``.
 
 The options are the ``object_store`` configuration keys that both ``obstore`` (the log
-listing) and ``deltalake`` accept. Connection fields:
+listing) and ``deltalake`` accept. The connection is one of our ``delta`` type, or a cloud
+connection the DAG author already has (``aws``, ``wasb``, ``adls``,
+``google_cloud_platform``): see :mod:`airflow_provider_delta.hooks.storage_options` for the
+fields each is read by. ``delta`` connection fields:
 
 * ``login`` / ``password``: access key id and secret (S3), account name and key (Azure),
   or -- for GCS -- the service account key JSON in ``password``;
 * ``host``: the endpoint URL of an S3-compatible store (``http://127.0.0.1:9000``) or of Azure;
 * ``extra`` (JSON): ``provider`` (``"s3"``, the default, ``"azure"`` or ``"gcs"``), ``region``,
-  ``session_token``, ``allow_http``, and ``storage_options``: any further object_store keys,
-  passed through unchanged (they win over the fields above).
+  ``session_token``, ``allow_http``, ``storage_options``: any further object_store keys,
+  passed through unchanged (they win over the fields above), and ``location``: the bucket,
+  folder or table URI that the UI's Test button lists.
 
 Secrets are registered with Airflow's secrets masker, so they never show in task logs; the
 options are built at run time from the connection and are never a template field, so they
-are never rendered or serialized with a DAG.
+are never rendered or serialized with a DAG. A store that refuses them (HTTP 401/403) fails
+with a :class:`~airflow_provider_delta.errors.StorageAccessError` naming the connection.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from airflow.sdk import BaseHook
 
-from airflow_provider_delta.errors import DeltaProviderError
+from airflow_provider_delta.errors import DeltaProviderError, TransientStorageError
 from airflow_provider_delta.get_provider_info import CONNECTION_FORM
-
-if TYPE_CHECKING:
-    from airflow.sdk import Connection
-
-# Keys whose values must never appear in logs.
-SECRET_OPTION_KEYS = frozenset(
-    {
-        "AWS_SECRET_ACCESS_KEY",
-        "AWS_SESSION_TOKEN",
-        "AZURE_STORAGE_ACCOUNT_KEY",
-        "AZURE_STORAGE_SAS_KEY",
-        "AZURE_STORAGE_TOKEN",
-        "AZURE_STORAGE_CLIENT_SECRET",
-        "GOOGLE_SERVICE_ACCOUNT_KEY",
-    }
+from airflow_provider_delta.hooks.storage_options import (
+    secret_options,
+    storage_options_from_connection,
 )
+from airflow_provider_delta.storage import ConnectionStorageOptions, holds_delta_log
+
+__all__ = ["DeltaHook", "storage_options_from_connection"]
 
 
 class DeltaHook(BaseHook):
     """Storage options for Delta tables on object stores, from an Airflow connection.
 
-    :param delta_conn_id: id of a connection of type ``delta``.
+    :param delta_conn_id: id of a connection of type ``delta``, ``aws``, ``wasb``, ``adls`` or
+        ``google_cloud_platform``.
     """
 
     conn_name_attr = "delta_conn_id"
@@ -66,7 +62,7 @@ class DeltaHook(BaseHook):
         """Same as :meth:`get_storage_options`."""
         return self.get_storage_options()
 
-    def get_storage_options(self) -> dict[str, str]:
+    def get_storage_options(self) -> ConnectionStorageOptions:
         """The connection as object_store ``storage_options`` (secrets masked in logs)."""
         from airflow.sdk.log import mask_secret
 
@@ -75,7 +71,7 @@ class DeltaHook(BaseHook):
             mask_secret(secret, name=key)
         return options
 
-    async def aget_storage_options(self) -> dict[str, str]:
+    async def aget_storage_options(self) -> ConnectionStorageOptions:
         """Async twin of :meth:`get_storage_options`, for triggers (never blocks the loop)."""
         from airflow.sdk.log import amask_secret
 
@@ -84,74 +80,27 @@ class DeltaHook(BaseHook):
             await amask_secret(secret, name=key)
         return options
 
+    def test_connection(self, location: str | None = None) -> tuple[bool, str]:
+        """The UI's Test button: list ``location`` (default: the connection's extra
+        ``location``) with the connection's storage options. ``(True, what was found)`` when
+        the store answers, else ``(False, the reason)``; never raises."""
+        try:
+            location = location or self.get_connection(self.delta_conn_id).extra_dejson.get(
+                "location")
+            if not location:
+                return False, (f"Connection {self.delta_conn_id!r} names no location to list: "
+                               'set extra "location" to a bucket, folder or table URI.')
+            return True, self._describe(location, self.get_storage_options())
+        except TransientStorageError as err:
+            return False, (f"{location}: the store did not answer ({err.detail}). Check the "
+                           f"endpoint of connection {self.delta_conn_id!r}, or try again.")
+        except DeltaProviderError as err:
+            return False, str(err)
+        except Exception as err:  # the Test button shows every failure; it must not raise
+            return False, f"{type(err).__name__}: {err}"
 
-def storage_options_from_connection(conn: Connection) -> dict[str, str]:
-    """Translate a ``delta`` connection into object_store configuration keys (unmasked)."""
-    extra = conn.extra_dejson
-    provider = str(extra.get("provider", "s3")).lower()
-    build = _BUILDERS.get(provider)
-    if build is None:
-        raise DeltaProviderError(
-            f"Connection {conn.conn_id!r}: provider {provider!r} is not supported; set extra "
-            f'"provider" to one of {", ".join(sorted(_BUILDERS))}.'
-        )
-    options = {key: value for key, value in build(conn, extra).items() if value not in (None, "")}
-    options.update({str(k).upper(): str(v) for k, v in extra.get("storage_options", {}).items()})
-    return options
-
-
-def secret_options(options: dict[str, str]) -> list[tuple[str, str]]:
-    """The (key, value) pairs of ``options`` that must never show in logs."""
-    return [(key, value) for key, value in options.items() if key in SECRET_OPTION_KEYS]
-
-
-def _s3_options(conn: Connection, extra: dict[str, Any]) -> dict[str, Any]:
-    endpoint = _endpoint_url(conn.host or extra.get("endpoint_url"), conn.port, extra)
-    allow_http = endpoint is not None and endpoint.startswith("http://")
-    return {
-        "AWS_ACCESS_KEY_ID": conn.login,
-        "AWS_SECRET_ACCESS_KEY": conn.password,
-        "AWS_SESSION_TOKEN": extra.get("session_token"),
-        "AWS_REGION": extra.get("region") or extra.get("region_name"),
-        "AWS_ENDPOINT_URL": endpoint,
-        "AWS_ALLOW_HTTP": "true" if allow_http else None,
-    }
-
-
-def _azure_options(conn: Connection, extra: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "AZURE_STORAGE_ACCOUNT_NAME": conn.login,
-        "AZURE_STORAGE_ACCOUNT_KEY": conn.password,
-        "AZURE_STORAGE_SAS_KEY": extra.get("sas_token"),
-        "AZURE_STORAGE_ENDPOINT": _endpoint_url(conn.host, conn.port, extra),
-        "AZURE_ALLOW_HTTP": "true" if _truthy(extra.get("allow_http")) else None,
-    }
-
-
-def _gcs_options(conn: Connection, extra: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "GOOGLE_SERVICE_ACCOUNT_KEY": conn.password,
-        "GOOGLE_SERVICE_ACCOUNT": extra.get("key_path"),
-    }
-
-
-_BUILDERS: dict[str, Callable[[Connection, dict[str, Any]], dict[str, Any]]] = {
-    "s3": _s3_options,
-    "azure": _azure_options,
-    "gcs": _gcs_options,
-}
-
-
-def _endpoint_url(host: str | None, port: int | None, extra: dict[str, Any]) -> str | None:
-    """A full endpoint URL from the host field, which connection URIs leave without a scheme."""
-    if not host:
-        return None
-    if "://" not in host:
-        host = f"{'http' if _truthy(extra.get('allow_http')) else 'https'}://{host}"
-    if port and ":" not in host.split("://", 1)[1]:
-        host = f"{host.rstrip('/')}:{port}"
-    return host
-
-
-def _truthy(value: Any) -> bool:
-    return str(value).lower() in ("1", "true", "yes", "on")
+    def _describe(self, location: str, options: ConnectionStorageOptions) -> str:
+        found = ("a Delta table (it has a _delta_log)" if holds_delta_log(location, options)
+                 else "no Delta table there (no _delta_log)")
+        return (f"{location}: listed with connection {self.delta_conn_id!r} "
+                f"(type {options.conn_type}): {found}.")

@@ -50,7 +50,8 @@ class DeltaVersionSensor(BaseSensorOperator):
 
     :param table_uri: the table (templated): a local path, ``file://``, ``s3://``, ``az://``,
         ``gs://`` URI.
-    :param delta_conn_id: a ``delta`` connection holding object-store credentials.
+    :param delta_conn_id: a connection holding object-store credentials: of type ``delta``,
+        or an existing ``aws``, ``wasb``, ``adls`` or ``google_cloud_platform`` one.
     :param watermark_store: ``"xcom"``, ``"variable"`` or ``"asset_state"``.
     :param watermark_key: XCom key, Variable name or asset-state key of the watermark (templated).
     :param watermark_task_id: for ``"xcom"``: the task that writes the watermark (the load task).

@@ -67,7 +67,8 @@ class DeltaVersionTrigger(BaseEventTrigger):
         A watcher's ``"snapshot"`` announces the current snapshot first (``mode="snapshot"``).
     :param min_new_versions: how many new versions make an event.
     :param poll_interval: seconds between listings.
-    :param delta_conn_id: ``delta`` connection with the storage options, if any.
+    :param delta_conn_id: connection with the storage credentials, if any (``delta``, ``aws``,
+        ``wasb``, ``adls`` or ``google_cloud_platform``).
     :param timeout_at: epoch seconds after which a ``fire_once`` trigger sends ``timeout``.
     :param fire_once: end after the first event (deferred sensors).
     :param state_key: asset state key of a watcher's watermark.

@@ -1,8 +1,10 @@
-"""Sensing a table on an S3-compatible store (moto's server on 127.0.0.1) through a delta connection."""
+"""Sensing a table on an S3-compatible store (moto's server on 127.0.0.1) through a delta or an aws
+connection."""
 
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime
 
 import pytest
@@ -19,16 +21,26 @@ def s3_table(s3_options, growing_table, request):
     """A Delta table with versions 0..1, written straight into the bucket by deltalake."""
     assert s3_options["AWS_SECRET_ACCESS_KEY"] == SECRET
     options = {**s3_options, "AWS_S3_ALLOW_UNSAFE_RENAME": "true"}  # one writer: no lock needed
-    return growing_table(2, uri=f"s3://lake/{request.node.name}", storage_options=options)
+    name = re.sub(r"[^A-Za-z0-9_-]", "_", request.node.name)  # parametrized names hold [ ]
+    return growing_table(2, uri=f"s3://lake/{name}", storage_options=options)
 
 
-def test_sensor_and_trigger_on_s3_with_a_delta_connection(
-    run_dag, s3_options, s3_table, monkeypatch, ranges_of, commit_once_deferred, capfd
+def connection_of_type(conn_type: str, s3_options: dict[str, str]) -> dict:
+    """The moto bucket's keys as a ``delta`` connection, or as the Amazon provider's ``aws``
+    connection (``aws_default`` style, the S3 endpoint in ``service_config``)."""
+    endpoint = s3_options["AWS_ENDPOINT_URL"]
+    if conn_type == "delta":
+        return {"conn_type": "delta", "host": endpoint, "login": "testing", "password": SECRET,
+                "extra": {"region": "us-east-1"}}
+    return {"conn_type": "aws", "login": "testing", "password": SECRET, "extra": {
+        "region_name": "us-east-1", "service_config": {"s3": {"endpoint_url": endpoint}}}}
+
+
+@pytest.mark.parametrize("conn_type", ["delta", "aws"])
+def test_sensor_and_trigger_on_s3_with_a_connection(
+    run_dag, s3_options, s3_table, monkeypatch, ranges_of, commit_once_deferred, capfd, conn_type
 ):
-    monkeypatch.setenv("AIRFLOW_CONN_LAKE_S3", json.dumps({
-        "conn_type": "delta", "host": s3_options["AWS_ENDPOINT_URL"], "login": "testing", "password": SECRET,
-        "extra": {"region": "us-east-1"},
-    }))
+    monkeypatch.setenv("AIRFLOW_CONN_LAKE_S3", json.dumps(connection_of_type(conn_type, s3_options)))
     with DAG("delta_s3", schedule=None, start_date=datetime(2024, 1, 1), catchup=False) as dag:
         sense = DeltaVersionSensor(
             task_id="sense", table_uri=s3_table.uri, delta_conn_id="lake_s3",
