@@ -47,7 +47,12 @@ from airflow_provider_delta.job.spec import JobResult, JobSpec, SinkSpec, stable
 from airflow_provider_delta.job.storage import storage_options_env, without_storage_options
 from airflow_provider_delta.operators import parameters
 from airflow_provider_delta.operators.links import SparkUILink
-from airflow_provider_delta.operators.transport import connect_job, refuse_spark_submit_options
+from airflow_provider_delta.operators.transport import (
+    SubmitTarget,
+    connect_job,
+    refuse_spark_submit_options,
+    resolve_submit_target,
+)
 from airflow_provider_delta.spark.reader import check_files_exist
 from airflow_provider_delta.storage import read_text, remove_tree, to_uri, write_text
 from airflow_provider_delta.watermarks import (
@@ -284,9 +289,13 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
         transform the driver cannot import (checked where the driver runs like this task)."""
         where = {"task_id": self.task_id, "table_uri": self.table_uri}
         parameters.check_connection(self._conn_id, "conn_id", "spark", **where)
-        driver_runs_here = self._get_hook()._connection["deploy_mode"] != "cluster"
-        if self.transform and not self.py_files and driver_runs_here:
+        if self.transform and not self.py_files and self.submit_target.driver_runs_here:
             parameters.check_importable(self.transform, **where)
+
+    @cached_property
+    def submit_target(self) -> SubmitTarget:
+        """Where spark-submit puts the driver, from the Spark connection (read once a run)."""
+        return resolve_submit_target(self._conn_id, self._deploy_mode)
 
     def _job_dir_of(self, context: Context) -> str:
         """This try's job folder: keyed by map index and try number, so mapped tasks and
@@ -365,20 +374,18 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
         """The spark-submit process's environment: on local masters the driver runs on this
         Python (which has the package); where the driver is a child of spark-submit it gets
         the storage options, which never go into a file or onto the command line."""
-        hook = self._get_hook()
+        target = self.submit_target
         env = dict(self.env_vars or {})
-        if hook._connection["master"].startswith("local"):
+        if target.local:
             env = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
                    **env}
-        # The Spark provider turns env_vars into --conf arguments for YARN and Kubernetes.
-        env_on_command_line = hook._is_yarn or hook._is_kubernetes
-        if hook._connection["deploy_mode"] != "cluster" and not env_on_command_line:
+        if target.driver_runs_here and not target.env_goes_on_command_line:
             env.update(storage_options_env(spec))
         elif spec.storage_options or spec.sink.storage_options:
             self.log.warning("%s: the storage options are not sent to a driver on %s (only its "
                              "command line could carry them); give the cluster its own "
                              "credentials for the table and the target", self.table_uri,
-                             hook._connection["master"])
+                             target.master)
         return env or None
 
     def finish(self, context: Context, result: JobResult) -> dict[str, Any]:
@@ -441,6 +448,10 @@ class DeltaIncrementalOperator(_DeltaSparkJobOperator):
         (templated: each value, or one template rendering to a dict).
     :param sql: a query over the view ``changes``, or a ``.sql`` file found in the DAG folder or
         ``template_searchpath`` (templated, file contents too).
+    :param delta_conn_id: the connection with the source's (and target's) storage credentials:
+        of type ``delta``, or an existing ``aws``, ``wasb``, ``adls`` or
+        ``google_cloud_platform`` one (see :class:`~airflow_provider_delta.hooks.DeltaHook`).
+    :param storage_options: object_store options given directly, instead of ``delta_conn_id``.
     :param start_version: first version of an explicit range (templated; e.g. from params).
     :param end_version: last version of an explicit range (templated; default: latest).
     :param sensor_task_id: the sensor whose XCom holds the range.
@@ -637,6 +648,7 @@ class DeltaTimeTravelOperator(_DeltaSparkJobOperator):
     a ``"delta"`` sink the snapshot is written once (its ``txn`` version is the snapshot version).
 
     :param version: the table version (templated).
+    :param delta_conn_id: as in :class:`DeltaIncrementalOperator`.
     :param timestamp: a ``datetime`` (naive means UTC) or ISO-8601 string (templated); the latest
         commit at or before it is read.
     """

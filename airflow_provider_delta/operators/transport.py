@@ -4,10 +4,14 @@ The Spark Connect URL comes from the Spark provider's :class:`SparkConnectHook` 
 token, user id, TLS); its token is registered with the secrets masker before anything can log
 it. Options that only mean something to ``spark-submit`` (they ship code, files or environment
 to a driver process that does not exist here) are refused rather than silently ignored.
+
+Where ``spark-submit`` puts the driver (:class:`SubmitTarget`) is read from the ``spark``
+connection's documented fields, not from the Spark provider's private hook state.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
@@ -56,3 +60,38 @@ def refuse_spark_submit_options(operator: Any, conn_id: str, spec: JobSpec) -> N
             "needs on the worker and drop these parameters, or use a spark connection.",
             table_uri=spec.table_uri,
         )
+
+
+@dataclass(frozen=True)
+class SubmitTarget:
+    """The master and deploy mode ``spark-submit`` is given for a ``spark`` connection."""
+
+    master: str
+    deploy_mode: str | None
+
+    @property
+    def driver_runs_here(self) -> bool:
+        """The driver is a child of spark-submit on this machine (client mode)."""
+        return self.deploy_mode != "cluster"
+
+    @property
+    def local(self) -> bool:
+        return self.master.startswith("local")
+
+    @property
+    def env_goes_on_command_line(self) -> bool:
+        """The Spark provider passes env_vars to YARN and Kubernetes drivers as ``--conf``."""
+        return "yarn" in self.master or "k8s" in self.master
+
+
+def resolve_submit_target(conn_id: str, deploy_mode: str | None) -> SubmitTarget:
+    """Read the connection as the Spark provider documents it: the master is the host (a URL,
+    ``local[n]`` or ``yarn``; a bare host takes the connection type as its scheme) plus the
+    port; the operator's ``deploy_mode`` wins over extra ``deploy-mode``."""
+    conn = BaseHook.get_connection(conn_id)
+    host = conn.host or ""
+    full_url_in_host = conn.conn_type == "spark" and host and ("://" in host or not conn.port)
+    master = host if full_url_in_host else f"{conn.conn_type}://{host}"
+    if conn.port:
+        master = f"{master}:{conn.port}"
+    return SubmitTarget(master, deploy_mode or conn.extra_dejson.get("deploy-mode"))
