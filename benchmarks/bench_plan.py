@@ -1,0 +1,275 @@
+"""Benchmark of planning a table of many files, each case in a fresh process.
+
+A partitioned table (``day`` date, ``bucket`` int) of ``--files`` live files: a classic
+checkpoint Parquet at version 0 in the schema deltalake writes, then ``--commits`` JSON
+commits, all appends except the last ten, which delete files of the checkpoint. The appends
+add ``--range-files`` files together. Only the log is written: the planner and deltalake read
+nothing else.
+
+Cases, each run in its own subprocess (wall time of the call; peak RSS of the whole process,
+imports included, from ``getrusage``), interleaved round by round so load from other processes
+weighs on all alike:
+
+- ``snapshot``: our ``plan_snapshot`` against deltalake's ``get_add_actions(flatten=True)``.
+- ``changes``: our ``plan_changes`` over the appends against pyarrow's C++ JSON reader
+  parsing the same commit files. deltalake has no call listing the files a version range
+  added; reading the range's commits into Arrow is the floor any planner pays for it.
+
+Run: ``.venv/bin/python benchmarks/bench_plan.py [--files 1000000] [--repeat 3]``.
+The log is generated once per size under ``--workdir`` and reused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+DELETE_COMMITS = 10
+ROW_GROUP = 100_000
+DAYS = 365
+BUCKETS = 16
+SCHEMA = {"type": "struct", "fields": [
+    {"name": "id", "type": "long", "nullable": True, "metadata": {}},
+    {"name": "value", "type": "double", "nullable": True, "metadata": {}},
+    {"name": "day", "type": "date", "nullable": True, "metadata": {}},
+    {"name": "bucket", "type": "integer", "nullable": True, "metadata": {}},
+]}
+CASES = {"snapshot": ("plan_snapshot", "deltalake get_add_actions"),
+         "changes": ("plan_changes", "pyarrow JSON read of the commits")}
+
+
+# -- the synthetic log -------------------------------------------------------------------
+
+def build_log(path: Path, files: int, range_files: int, commits: int) -> Path:
+    """Write (or reuse) the log; returns the table path."""
+    done = path / "_delta_log" / "_complete"
+    if done.exists():
+        return path
+    shutil.rmtree(path, ignore_errors=True)
+    (path / "_delta_log").mkdir(parents=True)
+    deleted_per_commit = max(1, min(100, files // 1000))
+    in_checkpoint = files - range_files + DELETE_COMMITS * deleted_per_commit
+    checkpoint_schema = _checkpoint_schema(path.parent / "template")
+    _write_checkpoint(path, checkpoint_schema, in_checkpoint)
+    appends = commits - DELETE_COMMITS
+    bounds = np.linspace(0, range_files, appends + 1).astype(int)
+    for version in range(1, appends + 1):
+        ids = range(in_checkpoint + bounds[version - 1], in_checkpoint + bounds[version])
+        _write_commit(path, version, [{"add": _add_json(i)} for i in ids])
+    for number in range(DELETE_COMMITS):
+        ids = range(number * deleted_per_commit, (number + 1) * deleted_per_commit)
+        _write_commit(path, appends + 1 + number, [{"remove": _remove_json(i)} for i in ids])
+    done.touch()
+    return path
+
+
+def _checkpoint_schema(template: Path) -> pa.Schema:
+    """The checkpoint schema deltalake writes, taken from a one-row table it checkpoints."""
+    from deltalake import DeltaTable, write_deltalake
+
+    shutil.rmtree(template, ignore_errors=True)
+    write_deltalake(str(template), pa.table({"id": [1], "value": [1.0]}))
+    DeltaTable(str(template)).create_checkpoint()
+    schema = pq.read_schema(template / "_delta_log" / f"{0:020d}.checkpoint.parquet")
+    shutil.rmtree(template)
+    return schema
+
+
+def _file_path(i: int) -> str:
+    return f"day={_day(i)}/bucket={i % BUCKETS}/part-{i:09d}-c000.snappy.parquet"
+
+
+def _day(i: int) -> str:
+    return str(np.datetime64("2024-01-01") + (i // BUCKETS) % DAYS)
+
+
+def _stats(i: int) -> str:
+    return (f'{{"numRecords":{1000 + i % 100},"minValues":{{"id":{i * 1000},"value":0.5}},'
+            f'"maxValues":{{"id":{i * 1000 + 999},"value":99.5}},'
+            f'"nullCount":{{"id":0,"value":0}}}}')
+
+
+def _size(i: int) -> int:
+    return 100_000 + (i * 7919) % 900_000
+
+
+def _add_json(i: int) -> dict:
+    return {"path": _file_path(i), "partitionValues": {"day": _day(i), "bucket": str(i % BUCKETS)},
+            "size": _size(i), "modificationTime": 1_700_000_000_000 + i, "dataChange": True,
+            "stats": _stats(i)}
+
+
+def _remove_json(i: int) -> dict:
+    return {"path": _file_path(i), "deletionTimestamp": 1_800_000_000_000, "dataChange": True,
+            "extendedFileMetadata": True,
+            "partitionValues": {"day": _day(i), "bucket": str(i % BUCKETS)}, "size": _size(i)}
+
+
+def _write_commit(path: Path, version: int, actions: list[dict]) -> None:
+    info = {"commitInfo": {"timestamp": 1_700_000_000_000 + version, "operation": "WRITE"}}
+    lines = [json.dumps(info)] + [json.dumps(a) for a in actions]
+    (path / "_delta_log" / f"{version:020d}.json").write_text("\n".join(lines) + "\n")
+
+
+def _write_checkpoint(path: Path, schema: pa.Schema, adds: int) -> None:
+    name = path / "_delta_log" / f"{0:020d}.checkpoint.parquet"
+    with pq.ParquetWriter(name, schema) as writer:
+        writer.write_table(_table_actions(schema))
+        for low in range(0, adds, ROW_GROUP):
+            writer.write_table(_add_rows(schema, range(low, min(low + ROW_GROUP, adds))))
+    (path / "_delta_log" / "_last_checkpoint").write_text(
+        json.dumps({"version": 0, "size": adds + 2}))
+
+
+def _table_actions(schema: pa.Schema) -> pa.Table:
+    protocol = {"minReaderVersion": 1, "minWriterVersion": 2}
+    metadata = {"id": "bench-plan", "format": {"provider": "parquet", "options": []},
+                "schemaString": json.dumps(SCHEMA), "partitionColumns": ["day", "bucket"],
+                "createdTime": 1_700_000_000_000, "configuration": []}
+    rows = [{"protocol": protocol}, {"metaData": metadata}]
+    return pa.Table.from_pylist(rows, schema=schema)
+
+
+def _add_rows(schema: pa.Schema, ids: range) -> pa.Table:
+    add_type = schema.field("add").type
+    values = {
+        "path": pa.array([_file_path(i) for i in ids]),
+        "partitionValues": pa.array(
+            [[("day", _day(i)), ("bucket", str(i % BUCKETS))] for i in ids],
+            add_type.field("partitionValues").type),
+        "size": pa.array([_size(i) for i in ids], pa.int64()),
+        "modificationTime": pa.array([1_700_000_000_000 + i for i in ids], pa.int64()),
+        "dataChange": pa.array(np.ones(len(ids), bool)),
+        "stats": pa.array([_stats(i) for i in ids]),
+    }
+    children = [values.get(f.name, _absent(f.type, len(ids))) for f in add_type]
+    add = pa.StructArray.from_arrays(children, fields=list(add_type))
+    columns = [add if f.name == "add" else _absent(f.type, len(ids)) for f in schema]
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def _absent(type_: pa.DataType, length: int) -> pa.Array:
+    """Nulls of ``type_``; a null struct's fields hold placeholders, as Parquet's writer
+    checks its non-nullable fields even under a null parent."""
+    if not pa.types.is_struct(type_):
+        return pa.nulls(length, type_)
+    children = [_absent(f.type, length) if f.nullable else _placeholder(f.type, length)
+                for f in type_]
+    return pa.StructArray.from_arrays(children, fields=list(type_),
+                                      mask=pa.array(np.ones(length, bool)))
+
+
+def _placeholder(type_: pa.DataType, length: int) -> pa.Array:
+    if pa.types.is_struct(type_):
+        return pa.StructArray.from_arrays([_placeholder(f.type, length) for f in type_],
+                                          fields=list(type_))
+    if pa.types.is_list(type_) or pa.types.is_map(type_):
+        return pa.array([[]] * length, type_)
+    return pa.nulls(length, type_).fill_null(False if pa.types.is_boolean(type_) else
+                                            "" if pa.types.is_string(type_) else 0)
+
+
+# -- one case in this process -------------------------------------------------------------
+
+def run_case(case: str, side: int, table: str, last_append: int) -> dict:
+    """Plan in this (fresh) process; wall time of the call and the process's peak RSS."""
+    if side == 0:
+        from airflow_provider_delta.core import plan_changes, plan_snapshot
+        action = ((lambda: len(plan_snapshot(table))) if case == "snapshot"
+                  else (lambda: len(plan_changes(table, 1, last_append))))
+    elif case == "snapshot":
+        from deltalake import DeltaTable
+        action = lambda: DeltaTable(table).get_add_actions(flatten=True).num_rows  # noqa: E731
+    else:
+        import pyarrow.json as pj
+        log = Path(table) / "_delta_log"
+        action = lambda: sum(pj.read_json(log / f"{v:020d}.json").num_rows  # noqa: E731
+                             for v in range(1, last_append + 1))
+    started = time.perf_counter()
+    count = action()
+    seconds = time.perf_counter() - started
+    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {"seconds": seconds, "rss_mib": peak_mib, "count": count}
+
+
+def fresh_process(case: str, side: int, table: Path, last_append: int) -> dict:
+    command = [sys.executable, __file__, "--case", case, "--side", str(side),
+               "--table", str(table), "--last-append", str(last_append)]
+    out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--files", type=int, default=20_000)
+    parser.add_argument("--range-files", type=int, default=None,
+                        help="files the appends add (default: files/10, at most 100,000)")
+    parser.add_argument("--commits", type=int, default=300)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--cases", default="snapshot,changes")
+    parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "bench_plan"))
+    parser.add_argument("--build", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--case", help=argparse.SUPPRESS)
+    parser.add_argument("--side", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--table", help=argparse.SUPPRESS)
+    parser.add_argument("--last-append", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.case:
+        print(json.dumps(run_case(args.case, args.side, args.table, args.last_append)))
+        return
+    range_files = args.range_files or min(100_000, args.files // 10)
+    table = Path(args.workdir) / f"files{args.files}_range{range_files}_c{args.commits}"
+    if args.build:
+        build_log(table, args.files, range_files, args.commits)
+        return
+    started = time.perf_counter()
+    # Linux keeps ru_maxrss across exec: a child forked from a big parent would report the
+    # parent's peak, so the log is built in a child and this process stays small.
+    subprocess.run([sys.executable, __file__, "--build", "--files", str(args.files),
+                    "--range-files", str(range_files), "--commits", str(args.commits),
+                    "--workdir", args.workdir], check=True)
+    print(f"log of {args.files:,} live files ready in {time.perf_counter() - started:.1f} s: {table}")
+    last_append = args.commits - DELETE_COMMITS
+    cases = args.cases.split(",")
+    runs = {(c, s): [] for c in cases for s in (0, 1)}
+    for _ in range(args.repeat):
+        for case in cases:
+            for side in (0, 1):
+                runs[case, side].append(fresh_process(case, side, table, last_append))
+    print_summary(args, range_files, runs, cases)
+
+
+def print_summary(args, range_files: int, runs: dict, cases: list[str]) -> None:
+    print(f"\n== bench_plan: {args.files:,} live files, {args.commits} commits "
+          f"(appends add {range_files:,} files), median of {args.repeat} fresh processes ==")
+    for case in cases:
+        ours, theirs = runs[case, 0], runs[case, 1]
+        ours_s = statistics.median(r["seconds"] for r in ours)
+        theirs_s = statistics.median(r["seconds"] for r in theirs)
+        ours_rss = max(r["rss_mib"] for r in ours)
+        theirs_rss = max(r["rss_mib"] for r in theirs)
+        ours_name, theirs_name = CASES[case]
+        print(f"{case:9s} {ours_name:14s} {ours_s:7.2f} s  peak RSS {ours_rss:7.0f} MiB  "
+              f"({ours[0]['count']:,} files)")
+        print(f"{'':9s} {theirs_name:33s} {theirs_s:7.2f} s  peak RSS {theirs_rss:7.0f} MiB  "
+              f"({theirs[0]['count']:,} rows)")
+        print(f"{'':9s} ratio {ours_s / theirs_s:.2f}x time, {ours_rss / theirs_rss:.2f}x RSS")
+    print(f"load average: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} "
+          f"{os.getloadavg()[2]:.2f} ({os.cpu_count()} CPUs)")
+
+
+if __name__ == "__main__":
+    main()
