@@ -107,20 +107,25 @@ def parse_datetime(raw: str) -> dt.datetime:
     return dt.datetime.fromisoformat(text)
 
 
+def partition_keys(metadata: TableMetadata) -> list[tuple[str, str, str]]:
+    """(logical name, physical key in partitionValues, type name) per partition column."""
+    mode = metadata.column_mapping_mode
+    fields = {f["name"]: f for f in metadata.schema.get("fields", [])}
+    keys = []
+    for column in metadata.partition_columns:
+        field = fields.get(column) or _case_insensitive(fields, column)
+        type_name = field["type"] if isinstance(field["type"], str) else "struct"
+        keys.append((field["name"], physical_name(field, mode), type_name))
+    return keys
+
+
 class FileFactory:
     """Builds :class:`PlannedFile` objects for one table under one metadata."""
 
     def __init__(self, location: TableLocation, metadata: TableMetadata):
         self.location = location
         self.metadata = metadata
-        mode = metadata.column_mapping_mode
-        fields = {f["name"]: f for f in metadata.schema.get("fields", [])}
-        # (logical name, physical key in partitionValues, type name) per partition column
-        self.partition_keys = []
-        for column in metadata.partition_columns:
-            field = fields.get(column) or _case_insensitive(fields, column)
-            type_name = field["type"] if isinstance(field["type"], str) else "struct"
-            self.partition_keys.append((field["name"], physical_name(field, mode), type_name))
+        self.partition_keys = partition_keys(metadata)
 
     def planned_file(self, add: Mapping[str, Any], version: int) -> PlannedFile:
         raw_values = add.get("partitionValues") or {}

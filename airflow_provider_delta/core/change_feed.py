@@ -24,6 +24,7 @@ from airflow_provider_delta.core.actions import FileFactory, file_key, table_met
 from airflow_provider_delta.core.changes import (
     _apply_table_changes, _check_range, _range_commits, split_batches,
 )
+from airflow_provider_delta.core.file_table import objects_file_table
 from airflow_provider_delta.core.model import (
     DeletionVectorDescriptor, Plan, PlannedFile, TableMetadata,
 )
@@ -91,8 +92,8 @@ class ChangeFeedPlan:
 
     def as_plan(self) -> Plan:
         """The feed's files as a :class:`Plan` (for what only needs paths, sizes, versions)."""
-        return Plan(self.table_uri, self.start_version, self.end_version,
-                    tuple(f.file for f in self.files), self.metadata)
+        files = objects_file_table([f.file for f in self.files], self.metadata)
+        return Plan(self.table_uri, self.start_version, self.end_version, files, self.metadata)
 
 
 def split_feed(feed: ChangeFeedPlan, *, max_files: int | None = None,
@@ -169,8 +170,11 @@ class _LogWalk:
         if actions is None:
             raise_unreadable(self.location, version, version, from_checkpoint=True)
         if version > self.start_version:
-            self.protocol, self.metadata, self.factory = _apply_table_changes(
-                self.location, version, actions, self.protocol, self.metadata, self.factory)
+            metadata = self.metadata
+            self.protocol, self.metadata = _apply_table_changes(
+                self.location, version, actions, self.protocol, self.metadata)
+            if self.metadata is not metadata:
+                self.factory = FileFactory(self.location, self.metadata)
 
 
 def _commit_files(factory: FileFactory, version: int, actions: list[dict[str, Any]],

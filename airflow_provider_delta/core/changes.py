@@ -7,8 +7,12 @@ from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 
-from airflow_provider_delta.core.actions import FileFactory, table_metadata
-from airflow_provider_delta.core.model import Plan, PlannedFile, TableMetadata
+import numpy as np
+import pyarrow as pa
+
+from airflow_provider_delta.core.actions import table_metadata
+from airflow_provider_delta.core.file_table import file_table, raw_actions
+from airflow_provider_delta.core.model import Plan, TableMetadata
 from airflow_provider_delta.core.protocol import check_additive, check_protocol
 from airflow_provider_delta.core.replay import (
     LogState, earliest_recreatable, raise_unreadable, read_commits, replay,
@@ -49,28 +53,28 @@ def plan_changes(table_uri: str, start_version: int, end_version: int | None = N
     check_protocol(table_uri, state.protocol, start_version)
     rules = _ChangeRules(table_uri, ignore_deletes, ignore_changes, skip_change_commits)
     metadata = table_metadata(state.metadata, state.protocol)
-    factory = FileFactory(location, metadata)
     protocol = state.protocol
-    files: list[PlannedFile] = []
+    adds: list[tuple[int, bool, dict[str, Any]]] = []
     changes = {start_version: metadata}
     for version, actions in _range_commits(location, state, start_version, end_version):
         if actions is None:
             raise_unreadable(location, end_version, version, from_checkpoint=True)
         if version > start_version:
-            protocol, metadata, factory = _apply_table_changes(
-                location, version, actions, protocol, metadata, factory)
+            protocol, metadata = _apply_table_changes(location, version, actions, protocol,
+                                                      metadata)
             if metadata is not changes[max(changes)]:
                 changes[version] = metadata
         if rules.keep_commit(version, actions):
-            files.extend(factory.planned_file(a["add"], version) for a in actions
-                         if "add" in a and a["add"].get("dataChange", True))
+            adds.extend((version, True, a["add"]) for a in actions
+                        if "add" in a and a["add"].get("dataChange", True))
         if (version - start_version + 1) % _PROGRESS_EVERY == 0:
             log.info("%s: planned versions %d..%d, %d files so far", table_uri, start_version,
-                     version, len(files))
+                     version, len(adds))
     log.info("%s: planned versions %d..%d: %d files", table_uri, start_version, end_version,
-             len(files))
+             len(adds))
+    files = file_table(raw_actions(adds), location, changes, metadata)
     return Plan(table_uri=table_uri, start_version=start_version, end_version=end_version,
-                files=tuple(files), metadata=metadata, metadata_changes=changes)
+                file_table=files, metadata=metadata, metadata_changes=changes)
 
 
 def _start_state(location: TableLocation, start: int) -> LogState:
@@ -100,7 +104,7 @@ def _state_from_later_versions(location: TableLocation, start: int,
     if missing:
         raise LogGapError(location.table_uri, missing)
     state = LogState(start, last_commit=commits[start])
-    state.apply(commits[start])
+    state.apply(commits[start], start)
     later_actions = [a for v in sorted(commits) if v > start for a in commits[v]]
     state.protocol = state.protocol or _first(later_actions, "protocol")
     state.metadata = state.metadata or _first(later_actions, "metaData")
@@ -143,62 +147,46 @@ def split_batches(plan: Plan, *, max_files: int | None = None,
     splits a commit: a commit joins the batch when Delta would admit every one of its files,
     and a batch holds at least one commit. Versions without files join the batch being
     built. Without limits the plan is one batch.
+
+    Works on the plan's file table (in version order): per batch, the furthest commit whose
+    last file is still admitted is found by binary search over cumulative counts and sizes.
     """
     for name, limit in (("max_files", max_files), ("max_bytes", max_bytes)):
         if limit is not None and limit < 1:
             raise ValueError(f"{name} must be at least 1, got {limit}")
-    by_version: dict[int, list[PlannedFile]] = {}
-    for planned in plan.files:
-        by_version.setdefault(planned.version, []).append(planned)
-    batches: list[Plan] = []
-    batch = _Batch(plan.start_version)
-    for version in range(plan.start_version, plan.end_version + 1):
-        commit = by_version.get(version, [])
-        if commit and batch.files and not batch.admits(commit, max_files, max_bytes):
-            batches.append(_sub_plan(plan, batch.start, version - 1, batch.files))
-            batch = _Batch(version)
-        batch.take(commit)
-    batches.append(_sub_plan(plan, batch.start, plan.end_version, batch.files))
-    return batches
+    versions = plan.file_table.column("version").to_numpy()
+    # per commit with files: its version, its first file and its last file
+    firsts = np.flatnonzero(np.diff(versions, prepend=-1) != 0)
+    lasts = np.append(firsts[1:], len(versions)) - 1
+    bytes_before = np.concatenate(
+        [[0], np.cumsum(plan.file_table.column("size").to_numpy())])
+    cuts = []  # index of the first commit of every batch after the first
+    commit = 0
+    while commit < len(firsts):
+        start_file = firsts[commit]
+        admitted = len(lasts)
+        if max_files is not None:  # files before the commit's last file < max_files
+            admitted = min(admitted, np.searchsorted(lasts - start_file, max_files))
+        if max_bytes is not None:  # bytes before the commit's last file < max_bytes
+            before_last = bytes_before[lasts] - bytes_before[start_file]
+            admitted = min(admitted, np.searchsorted(before_last, max_bytes))
+        commit = max(admitted, commit + 1)
+        if commit < len(firsts):
+            cuts.append(commit)
+    starts = [plan.start_version] + [int(versions[firsts[c]]) for c in cuts]
+    ends = [s - 1 for s in starts[1:]] + [plan.end_version]
+    bounds = [0] + [int(firsts[c]) for c in cuts] + [len(versions)]
+    return [_sub_plan(plan, start, end, plan.file_table.slice(low, high - low))
+            for start, end, low, high in zip(starts, ends, bounds, bounds[1:])]
 
 
-class _Batch:
-    """The files of a batch being built, with their count and total size."""
-
-    def __init__(self, start: int):
-        self.start = start
-        self.files: list[PlannedFile] = []
-        self.size = 0
-
-    def admits(self, commit: list[PlannedFile], max_files: int | None,
-               max_bytes: int | None) -> bool:
-        """Whether Delta's admission would take every file of ``commit`` after this batch's
-        files: the limits are checked before each file, so only the last file may cross them."""
-        files_before_last = len(self.files) + len(commit) - 1
-        if max_files is not None and files_before_last >= max_files:
-            return False
-        bytes_before_last = self.size + sum(f.size for f in commit[:-1])
-        return max_bytes is None or bytes_before_last < max_bytes
-
-    def take(self, commit: list[PlannedFile]) -> None:
-        self.files.extend(commit)
-        self.size += sum(f.size for f in commit)
-
-
-def _sub_plan(plan: Plan, start: int, end: int, files: list[PlannedFile]) -> Plan:
+def _sub_plan(plan: Plan, start: int, end: int, files: pa.Table) -> Plan:
     timestamps = {v: t for v, t in plan.commit_timestamps.items() if start <= v <= end}
     changes = {v: m for v, m in plan.metadata_changes.items() if start <= v <= end}
-    at_start = _metadata_at(plan, start)
-    changes.setdefault(start, at_start)
-    return replace(plan, start_version=start, end_version=end, files=tuple(files),
-                   metadata=_metadata_at(plan, end), commit_timestamps=timestamps,
+    changes.setdefault(start, plan.metadata_at(start))
+    return replace(plan, start_version=start, end_version=end, file_table=files,
+                   metadata=plan.metadata_at(end), commit_timestamps=timestamps,
                    metadata_changes=changes)
-
-
-def _metadata_at(plan: Plan, version: int) -> TableMetadata:
-    """Metadata in force at ``version``, from the plan's metadata changes."""
-    earlier = [v for v in plan.metadata_changes if v <= version]
-    return plan.metadata_changes[max(earlier)] if earlier else plan.metadata
 
 
 def _check_range(start_version: int, end_version: int | None) -> None:
@@ -210,8 +198,8 @@ def _check_range(start_version: int, end_version: int | None) -> None:
 
 
 def _apply_table_changes(location: TableLocation, version: int, actions: list[dict[str, Any]],
-                         protocol: Mapping[str, Any], metadata: TableMetadata,
-                         factory: FileFactory) -> tuple[Mapping[str, Any], TableMetadata, FileFactory]:
+                         protocol: Mapping[str, Any], metadata: TableMetadata
+                         ) -> tuple[Mapping[str, Any], TableMetadata]:
     """Check and apply a commit's protocol and metaData actions."""
     new_protocol = next((a["protocol"] for a in actions if "protocol" in a), None)
     new_meta = next((a["metaData"] for a in actions if "metaData" in a), None)
@@ -219,14 +207,14 @@ def _apply_table_changes(location: TableLocation, version: int, actions: list[di
         check_protocol(location.table_uri, new_protocol, version)
         protocol = new_protocol
     if new_meta is None and new_protocol is None:
-        return protocol, metadata, factory
+        return protocol, metadata
     if new_meta is None:
         updated = replace(metadata, min_reader_version=int(protocol.get("minReaderVersion", 1)),
                           reader_features=tuple(protocol.get("readerFeatures") or ()))
     else:
         updated = table_metadata(new_meta, protocol)
         check_additive(location.table_uri, version, metadata, updated)
-    return protocol, updated, FileFactory(location, updated)
+    return protocol, updated
 
 
 class _ChangeRules:

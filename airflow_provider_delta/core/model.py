@@ -8,7 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 
 @dataclass(frozen=True)
@@ -60,12 +64,17 @@ class PlannedFile:
 
 @dataclass(frozen=True)
 class Plan:
-    """The files to read for a version range (or a snapshot), in log order."""
+    """The files to read for a version range (or a snapshot), in log order.
+
+    ``file_table`` holds them as one Arrow table (columns in
+    :mod:`airflow_provider_delta.core.file_table`); ``files`` is a per-file object view of it
+    for small plans and tests.
+    """
 
     table_uri: str
     start_version: int
     end_version: int
-    files: tuple[PlannedFile, ...]
+    file_table: pa.Table
     metadata: TableMetadata  # in force at ``end_version``; the schema the result has
     commit_timestamps: Mapping[int, int] = field(default_factory=dict)  # version -> epoch ms
     # version -> metadata taking effect there, for the start version and every metadata change
@@ -73,10 +82,28 @@ class Plan:
 
     @property
     def total_bytes(self) -> int:
-        return sum(f.size for f in self.files)
+        return pc.sum(self.file_table.column("size")).as_py() or 0
+
+    def metadata_at(self, version: int) -> TableMetadata:
+        """Metadata in force at ``version``, from the plan's metadata changes."""
+        earlier = [v for v in self.metadata_changes if v <= version]
+        return self.metadata_changes[max(earlier)] if earlier else self.metadata
+
+    @cached_property
+    def files(self) -> tuple[PlannedFile, ...]:
+        columns = {name: self.file_table.column(name).to_pylist()
+                   for name in self.file_table.column_names}
+        metadata = {v: self.metadata_at(v) for v in set(columns["version"])}
+        return tuple(
+            PlannedFile(version=version, path=path, size=size, partition_values=values,
+                        metadata=metadata[version], num_records=records,
+                        deletion_vector=DeletionVectorDescriptor(**dv) if dv else None)
+            for version, path, size, records, dv, values in zip(
+                columns["version"], columns["path"], columns["size"], columns["num_records"],
+                columns["deletion_vector"], columns["partition_values"]))
 
     def __len__(self) -> int:
-        return len(self.files)
+        return self.file_table.num_rows
 
     def __iter__(self) -> Iterator[PlannedFile]:
         return iter(self.files)

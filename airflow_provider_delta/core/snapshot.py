@@ -5,7 +5,11 @@ from __future__ import annotations
 import datetime as dt
 import logging
 
-from airflow_provider_delta.core.actions import FileFactory, table_metadata
+import numpy as np
+import pyarrow as pa
+
+from airflow_provider_delta.core.actions import table_metadata
+from airflow_provider_delta.core.file_table import file_table
 from airflow_provider_delta.core.model import Plan
 from airflow_provider_delta.core.protocol import check_protocol
 from airflow_provider_delta.core.replay import replay
@@ -36,8 +40,10 @@ def plan_snapshot(table_uri: str, *, version: int | None = None,
     state = replay(location, version, with_files=True)
     check_protocol(table_uri, state.protocol, version)
     metadata = table_metadata(state.metadata, state.protocol)
-    factory = FileFactory(location, metadata)
-    files = tuple(factory.planned_file(add, version) for add in state.files.values())
+    live = state.live_files()
+    live = live.set_column(live.schema.get_field_index("version"), "version",
+                           pa.array(np.full(len(live), version, np.int64)))
+    files = file_table(live, location, {version: metadata}, metadata)
     log.info("%s: snapshot at version %d has %d files", table_uri, version, len(files))
-    return Plan(table_uri=table_uri, start_version=version, end_version=version, files=files,
-                metadata=metadata, metadata_changes={version: metadata})
+    return Plan(table_uri=table_uri, start_version=version, end_version=version,
+                file_table=files, metadata=metadata, metadata_changes={version: metadata})

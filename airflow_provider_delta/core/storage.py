@@ -118,6 +118,14 @@ class TableLocation:
         except STORE_ERRORS as exc:
             raise self.storage_error(exc) from exc
 
+    def log_file_source(self, name: str) -> str | bytes | None:
+        """What pyarrow can open for ``_delta_log/<name>``: the local path (so large checkpoints
+        are read in pieces, never copied whole), else the bytes; None if it does not exist."""
+        if self.local_root is None:
+            return self.read_log_file(name)
+        path = os.path.join(self.local_root, LOG_DIR, name)
+        return path if os.path.isfile(path) else None
+
     def log_file_mtime_ms(self, name: str) -> int | None:
         """Modification time of ``_delta_log/<name>`` in epoch ms, None if it does not exist."""
         if self.local_root is not None:

@@ -29,6 +29,7 @@ from airflow_provider_delta.core import plan_change_feed
 from airflow_provider_delta.core.change_feed import (
     DELETE, INSERT, ChangeFeedPlan, ChangeFile, CommitChanges,
 )
+from airflow_provider_delta.core.file_table import objects_file_table
 from airflow_provider_delta.core.model import Plan, PlannedFile, TableMetadata
 from airflow_provider_delta.core.storage import TableLocation
 from airflow_provider_delta.spark.deletion_vectors import deleted_rows
@@ -129,10 +130,11 @@ class _FeedReader:
 
     def _read(self, files, *, tagged=(CHANGE_TYPE, COMMIT_VERSION, COMMIT_TIMESTAMP),
               only_rows=None) -> DataFrame:
+        metadata = _with_cdf_columns(self.feed.metadata, tagged)
         plan = Plan(
             table_uri=self.feed.table_uri, start_version=self.feed.start_version,
-            end_version=self.feed.end_version, files=tuple(files),
-            metadata=_with_cdf_columns(self.feed.metadata, tagged),
+            end_version=self.feed.end_version, file_table=objects_file_table(files, metadata),
+            metadata=metadata,
         )
         return read_plan(self.spark, plan, storage_options=self.storage_options,
                          only_rows=only_rows)

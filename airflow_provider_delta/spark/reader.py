@@ -17,19 +17,18 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
 from airflow_provider_delta.core import plan_changes, plan_snapshot
-from airflow_provider_delta.core.actions import widen_partition_value
-from airflow_provider_delta.core.model import Plan, PlannedFile, TableMetadata
+from airflow_provider_delta.core.model import DeletionVectorDescriptor, Plan, TableMetadata
 from airflow_provider_delta.core.storage import TableLocation
 from airflow_provider_delta.errors import MissingDataFileError
 from airflow_provider_delta.spark.deletion_vectors import deleted_rows
@@ -115,7 +114,7 @@ def read_plan(
     rows of each file instead of applying deletion vectors: the change feed's vector changes.
     """
     metadata = plan.metadata
-    if not plan.files:
+    if not len(plan):
         return spark.createDataFrame([], logical_schema(metadata))
     check_files_exist(plan, storage_options)
     if only_rows is not None and not all(len(only_rows.get(i, ())) for i in range(len(plan))):
@@ -124,14 +123,15 @@ def read_plan(
     if metadata.column_mapping_mode == "id":
         # Per session and read at planning time; harmless for schemas without field ids.
         spark.conf.set(_FIELD_ID_CONF, "true")
-    rounds = _occurrence_rounds(plan.files)
+    rounds = _occurrence_rounds(plan.file_table.column("path"))
     log.info(
         "%s: reading %d files (%d bytes) of versions %d..%d in %d scan(s)",
-        plan.table_uri, len(plan.files), plan.total_bytes, plan.start_version,
+        plan.table_uri, len(plan), plan.total_bytes, plan.start_version,
         plan.end_version, len(rounds),
     )
     row_join = "left_anti" if only_rows is None else "left_semi"
-    frames = [_read_round(spark, metadata, files, deletions, row_join) for files in rounds]
+    frames = [_read_round(spark, metadata, plan.file_table, positions, deletions, row_join)
+              for positions in rounds]
     result = frames[0]
     for frame in frames[1:]:
         result = result.union(frame)
@@ -139,12 +139,12 @@ def read_plan(
 
 
 def check_files_exist(plan: Plan, storage_options: dict[str, str] | None) -> None:
-    gone = missing_files(
-        dict.fromkeys(f.path for f in plan.files), plan.table_uri, storage_options
-    )
+    paths = plan.file_table.column("path").to_pylist()
+    gone = missing_files(dict.fromkeys(paths), plan.table_uri, storage_options)
     if gone:
-        first = next(f for f in plan.files if f.path == gone[0])
-        raise MissingDataFileError(plan.table_uri, first.version, first.path)
+        first = paths.index(gone[0])
+        version = plan.file_table.column("version")[first].as_py()
+        raise MissingDataFileError(plan.table_uri, version, gone[0])
 
 
 def _load_deletions(
@@ -152,45 +152,52 @@ def _load_deletions(
 ) -> dict[int, np.ndarray]:
     """Deleted row indexes per file (by position in the plan), for files with a vector."""
     root = TableLocation(plan.table_uri, storage_options).root_uri
-    deletions = {}
-    for index, file in enumerate(plan.files):
-        if file.deletion_vector is not None and file.deletion_vector.cardinality > 0:
-            deletions[index] = deleted_rows(
-                file.deletion_vector,
-                table_root_uri=root,
-                table_uri=plan.table_uri,
-                version=file.version,
-                storage_options=storage_options,
-            )
-    return deletions
+    vectors = plan.file_table.column("deletion_vector").combine_chunks()
+    cardinality = pc.fill_null(vectors.field("cardinality"), 0)
+    with_rows = pc.indices_nonzero(pc.greater(cardinality, 0)).to_pylist()
+    versions = plan.file_table.column("version")
+    return {
+        index: deleted_rows(
+            DeletionVectorDescriptor(**vectors[index].as_py()),
+            table_root_uri=root,
+            table_uri=plan.table_uri,
+            version=versions[index].as_py(),
+            storage_options=storage_options,
+        )
+        for index in with_rows
+    }
 
 
-def _occurrence_rounds(files: Sequence[PlannedFile]) -> list[list[tuple[int, PlannedFile]]]:
-    """Split files so no path repeats within a round; keeps each file's plan position."""
-    seen: Counter[str] = Counter()
-    rounds: list[list[tuple[int, PlannedFile]]] = []
-    for index, file in enumerate(files):
-        occurrence = seen[file.path]
-        seen[file.path] += 1
-        if occurrence == len(rounds):
-            rounds.append([])
-        rounds[occurrence].append((index, file))
-    return rounds
+def _occurrence_rounds(paths: pa.ChunkedArray) -> list[np.ndarray]:
+    """Plan positions split so no path repeats within a round: the k-th occurrences of every
+    path form round k, each in plan order."""
+    codes = paths.combine_chunks().dictionary_encode().indices.to_numpy()
+    if len(np.unique(codes)) == len(codes):
+        return [np.arange(len(codes))]
+    order = np.argsort(codes, kind="stable")
+    sorted_codes = codes[order]
+    group_start = np.flatnonzero(np.diff(sorted_codes, prepend=-1) != 0)
+    starts = np.repeat(group_start, np.diff(np.append(group_start, len(codes))))
+    occurrence = np.empty(len(codes), np.int64)
+    occurrence[order] = np.arange(len(codes)) - starts
+    return [np.flatnonzero(occurrence == k) for k in range(occurrence.max() + 1)]
 
 
 def _read_round(
     spark: SparkSession,
     metadata: TableMetadata,
-    files: list[tuple[int, PlannedFile]],
+    file_table: pa.Table,
+    positions: np.ndarray,
     deletions: Mapping[int, np.ndarray],
     row_join: str,
 ) -> DataFrame:
     """One Parquet scan over files with distinct paths, joined to their partitions and DVs."""
-    round_deletions = {index: deletions[index] for index, _ in files if index in deletions}
+    round_deletions = {int(i): deletions[int(i)] for i in positions if int(i) in deletions}
     scan_columns = [F.col("*"), F.col("_metadata.file_path").alias(_FILE)]
     if round_deletions:
         scan_columns.append(F.col("_metadata.row_index").alias(_ROW))
-    paths = [f.path for _, f in files]
+    files = file_table.take(pa.array(positions))
+    paths = files.column("path").to_pylist()
     with _serial_listing(spark, all(local_path(p) is not None for p in paths)):
         scan = spark.read.schema(physical_read_schema(metadata)).parquet(
             *[spark_read_path(p) for p in paths]
@@ -201,7 +208,8 @@ def _read_round(
         return rows.select(*columns)
     # A left join plus a guard: a scanned file missing from the files frame fails the query
     # instead of silently losing its rows.
-    rows = rows.join(F.broadcast(_files_frame(spark, metadata, files)), _FILE, "left")
+    frame = _files_frame(spark, metadata, files, paths, positions)
+    rows = rows.join(F.broadcast(frame), _FILE, "left")
     if round_deletions:
         rows = rows.join(
             F.broadcast(_deletions_frame(spark, round_deletions)), [_FILE_ID, _ROW], row_join
@@ -240,12 +248,11 @@ def _serial_listing(spark: SparkSession, enabled: bool) -> Iterator[None]:
 
 
 def _files_frame(
-    spark: SparkSession, metadata: TableMetadata, files: list[tuple[int, PlannedFile]]
+    spark: SparkSession, metadata: TableMetadata, files: pa.Table, paths: list[str],
+    positions: np.ndarray,
 ) -> DataFrame:
-    """A small frame: Spark's path of each file, its plan position and its partition values.
-
-    Built through Arrow so Spark holds it as a local relation (broadcast without a job).
-    """
+    """A small frame: Spark's path of each file, its plan position and its partition values
+    (already typed in the file table), handed to Spark as one Arrow table."""
     partition_fields = [
         f for f in logical_schema(metadata).fields if f.name in metadata.partition_columns
     ]
@@ -253,16 +260,12 @@ def _files_frame(
         [StructField(_FILE, StringType(), False), StructField(_FILE_ID, IntegerType(), False)]
         + partition_fields
     )
+    values = files.column("partition_values").combine_chunks()
     columns = {
-        _FILE: [spark_file_path(file.path) for _, file in files],
-        _FILE_ID: pa.array([index for index, _ in files], pa.int32()),
+        _FILE: pa.array([spark_file_path(p) for p in paths], pa.string()),
+        _FILE_ID: pa.array(positions.astype(np.int32)),
+        **{field.name: values.field(field.name) for field in partition_fields},
     }
-    type_names = {f["name"]: f["type"] for f in metadata.schema.get("fields", [])}
-    for field in partition_fields:
-        columns[field.name] = pa.array([
-            widen_partition_value(file.partition_values.get(field.name), type_names[field.name])
-            for _, file in files
-        ])
     return spark.createDataFrame(pa.table(columns), schema)
 
 

@@ -1,0 +1,59 @@
+"""Plans as Arrow tables: the file table's columns, and checkpoints read row group by row group."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from urllib.parse import unquote
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from deltalake import DeltaTable, write_deltalake
+
+from airflow_provider_delta.core import plan_changes, plan_snapshot
+
+
+def test_snapshot_plan_is_an_arrow_table_typed_by_the_delta_schema(shared_table):
+    plan = plan_snapshot(shared_table("delta-golden/data-reader-partition-values"))
+    table = plan.file_table
+    assert table.num_rows == len(plan) == 3
+    assert table.schema.field("version").type == pa.int64()
+    assert table.schema.field("size").type == pa.int64()
+    # the partition types of the table's schema (MANIFEST.tsv), as Arrow types
+    assert dict(zip(table.schema.field("partition_values").type.names,
+                    (f.type for f in table.schema.field("partition_values").type))) == {
+        "as_int": pa.int32(), "as_long": pa.int64(), "as_byte": pa.int8(),
+        "as_short": pa.int16(), "as_boolean": pa.bool_(), "as_float": pa.float32(),
+        "as_double": pa.float64(), "as_string": pa.string(), "as_string_lit_null": pa.string(),
+        "as_date": pa.date32(), "as_timestamp": pa.timestamp("us", tz="UTC"),
+        "as_big_decimal": pa.decimal128(1, 0)}
+    values = table.column("partition_values").to_pylist()
+    assert sum(all(v is None for v in row.values()) for row in values) == 1  # the all-null row
+
+
+def test_checkpoint_in_small_row_groups_then_commits_give_deltalakes_files(tmp_path):
+    path = str(tmp_path / "t")
+    for day in range(12):
+        rows = pa.table({"id": list(range(day * 5, day * 5 + 5)), "day": [f"d {day}"] * 5})
+        write_deltalake(path, rows, mode="append", partition_by=["day"])
+    DeltaTable(path).create_checkpoint()
+    _rewrite_in_row_groups_of(Path(path) / "_delta_log" / f"{11:020d}.checkpoint.parquet", 3)
+    write_deltalake(path, pa.table({"id": [100], "day": ["d 0"]}), mode="append",
+                    partition_by=["day"])
+    DeltaTable(path).delete("day = 'd 3'")
+
+    plan = plan_snapshot(path)
+    expected = DeltaTable(path).get_add_actions(flatten=True)
+    ours = Counter(p[len(f"file://{path}/"):] for p in plan.file_table.column("path").to_pylist())
+    theirs = Counter(unquote(p) for p in pa.table(expected).column("path").to_pylist())
+    assert ours == theirs and all((Path(path) / p).is_file() for p in ours)
+    assert {v["day"] for v in plan.file_table.column("partition_values").to_pylist()} == {
+        f"d {day}" for day in range(12)} - {"d 3"}
+    assert len(plan_changes(path, 12, 12)) == 1
+
+
+def _rewrite_in_row_groups_of(checkpoint: Path, rows: int) -> None:
+    table = pq.read_table(checkpoint)
+    assert table.num_rows > 3 * rows  # several groups hold only adds, one the metadata
+    pq.write_table(table, checkpoint, row_group_size=rows)
+    assert pq.ParquetFile(checkpoint).metadata.num_row_groups > 3
