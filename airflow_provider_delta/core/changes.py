@@ -11,11 +11,12 @@ import numpy as np
 import pyarrow as pa
 
 from airflow_provider_delta.core.actions import table_metadata
-from airflow_provider_delta.core.file_table import file_table, raw_actions
+from airflow_provider_delta.core.file_table import empty_raw_actions, file_table, raw_actions
 from airflow_provider_delta.core.model import Plan, TableMetadata
 from airflow_provider_delta.core.protocol import check_additive, check_protocol
 from airflow_provider_delta.core.replay import (
-    LogState, earliest_recreatable, raise_unreadable, read_commits, replay,
+    LogState, SplitCommit, earliest_recreatable, line_adds, raise_unreadable, read_commits,
+    replay,
 )
 from airflow_provider_delta.core.storage import TableLocation
 from airflow_provider_delta.core.versions import newest_version
@@ -54,25 +55,27 @@ def plan_changes(table_uri: str, start_version: int, end_version: int | None = N
     rules = _ChangeRules(table_uri, ignore_deletes, ignore_changes, skip_change_commits)
     metadata = table_metadata(state.metadata, state.protocol)
     protocol = state.protocol
-    adds: list[tuple[int, bool, dict[str, Any]]] = []
+    adds: list[pa.Table] = []
     changes = {start_version: metadata}
-    for version, actions in _range_commits(location, state, start_version, end_version):
-        if actions is None:
+    for version, commit in _range_commits(location, state, start_version, end_version,
+                                          split=True):
+        if commit is None:
             raise_unreadable(location, end_version, version, from_checkpoint=True)
         if version > start_version:
-            protocol, metadata = _apply_table_changes(location, version, actions, protocol,
-                                                      metadata)
+            protocol, metadata = _apply_table_changes(location, version, commit.actions,
+                                                      protocol, metadata)
             if metadata is not changes[max(changes)]:
                 changes[version] = metadata
-        if rules.keep_commit(version, actions):
-            adds.extend((version, True, a["add"]) for a in actions
-                        if "add" in a and a["add"].get("dataChange", True))
+        data_adds = _data_change_adds(location, version, commit, metadata)
+        if rules.keep_commit(version, commit.actions, bool(len(data_adds))):
+            adds.append(data_adds)
         if (version - start_version + 1) % _PROGRESS_EVERY == 0:
             log.info("%s: planned versions %d..%d, %d files so far", table_uri, start_version,
-                     version, len(adds))
+                     version, sum(map(len, adds)))
+    raw = pa.concat_tables(adds) if adds else empty_raw_actions()
     log.info("%s: planned versions %d..%d: %d files", table_uri, start_version, end_version,
-             len(adds))
-    files = file_table(raw_actions(adds), location, changes, metadata)
+             len(raw))
+    files = file_table(raw, location, changes, metadata)
     return Plan(table_uri=table_uri, start_version=start_version, end_version=end_version,
                 file_table=files, metadata=metadata, metadata_changes=changes)
 
@@ -128,13 +131,24 @@ def _first(actions: list[dict[str, Any]], name: str) -> dict[str, Any] | None:
     return next((a[name] for a in actions if name in a), None)
 
 
-def _range_commits(location: TableLocation, state: LogState, start: int, end: int
-                   ) -> Iterator[tuple[int, list[dict[str, Any]] | None]]:
+def _range_commits(location: TableLocation, state: LogState, start: int, end: int, *,
+                   split: bool = False
+                   ) -> Iterator[tuple[int, list[dict[str, Any]] | SplitCommit | None]]:
     """The range's commits in order; the replay to ``start`` may have read the first already."""
     if state.last_commit is not None:
-        yield start, state.last_commit
+        yield start, SplitCommit(state.last_commit, [], b"") if split else state.last_commit
         start += 1
-    yield from read_commits(location, range(start, end + 1))
+    yield from read_commits(location, range(start, end + 1), split=split)
+
+
+def _data_change_adds(location: TableLocation, version: int, commit: SplitCommit,
+                      metadata: TableMetadata) -> pa.Table:
+    """A commit's AddFiles with dataChange=true, as raw actions."""
+    on_lines = line_adds(location, version, commit, metadata) if commit.add_lines else None
+    written_otherwise = raw_actions([(version, True, a["add"]) for a in commit.actions
+                                     if "add" in a])
+    adds = pa.concat_tables([t for t in (on_lines, written_otherwise) if t is not None])
+    return adds.filter(adds.column("data_change"))
 
 
 def split_batches(plan: Plan, *, max_files: int | None = None,
@@ -227,15 +241,15 @@ class _ChangeRules:
         self.allow_changes = ignore_changes or skip_change_commits
         self.allow_deletes = self.allow_changes or ignore_deletes
 
-    def keep_commit(self, version: int, actions: list[dict[str, Any]]) -> bool:
-        """False if the commit is skipped; raises DataChangeError if it is not allowed."""
+    def keep_commit(self, version: int, actions: list[dict[str, Any]], adds: bool) -> bool:
+        """False if the commit is skipped; raises DataChangeError if it is not allowed.
+        ``adds``: whether it adds files with dataChange=true."""
         removed = next((a["remove"]["path"] for a in actions
                         if "remove" in a and a["remove"].get("dataChange", True)), None)
         if removed is None:
             return True
         if self.skip_change_commits:
             return False
-        adds = any("add" in a and a["add"].get("dataChange", True) for a in actions)
         if adds and not self.allow_changes:
             raise DataChangeError(self.table_uri, version, removed,
                                   "ignore_changes=True (re-read rewritten files) or "

@@ -291,14 +291,31 @@ def _partition_types(metadata: TableMetadata) -> dict[str, pa.DataType]:
 def _typed(values: pa.MapArray, physical: str, logical: str, type_name: str,
            end_type: pa.DataType) -> pa.Array:
     """One partition column parsed once per distinct serialized value."""
-    raw = pc.map_lookup(values, physical, "first")
+    raw = _map_value(values, physical)
     if physical != logical:  # writers without column mapping keys may use the logical name
-        raw = pc.coalesce(raw, pc.map_lookup(values, logical, "first"))
+        raw = pc.coalesce(raw, _map_value(values, logical))
     encoded = raw.cast(pa.string()).dictionary_encode()
     end_name = _delta_name(end_type)
     parsed = [widen_partition_value(parse_partition_value(v, type_name), end_name)
               for v in encoded.dictionary.to_pylist()]
     return pa.array(parsed, end_type).take(encoded.indices)
+
+
+def _map_value(values: pa.MapArray, key: str) -> pa.Array:
+    """Each row's first value under ``key`` (null without one): the same as
+    ``pc.map_lookup``, over the flattened entries, several times faster."""
+    if values.offset and values.null_count:  # Arrow cannot mask a slice's offsets
+        values = values.take(pa.array(np.arange(len(values))))
+    mask = values.is_null() if values.null_count else None
+    as_list = pa.ListArray.from_arrays(values.offsets, values.values, mask=mask)
+    entries = pc.list_flatten(as_list)
+    matches = pc.indices_nonzero(pc.equal(entries.field("key"), key))
+    rows = pc.list_parent_indices(as_list).take(matches).to_numpy()
+    first_match = np.full(len(values), -1)
+    firsts = np.unique(rows, return_index=True)[1]
+    first_match[rows[firsts]] = firsts
+    found = entries.field("value").take(matches)
+    return found.take(pa.array(first_match, mask=first_match < 0))
 
 
 def _delta_name(arrow: pa.DataType) -> str:

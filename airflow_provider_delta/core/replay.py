@@ -20,12 +20,15 @@ from typing import Any, NoReturn
 from urllib.parse import unquote
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from airflow_provider_delta.core.actions import parse_commit
+from airflow_provider_delta.core.actions import parse_commit, partition_keys, table_metadata
 from airflow_provider_delta.core.file_table import (
-    CHECKPOINT_FIELDS, empty_raw_actions, live_adds, raw_actions, raw_checkpoint_actions,
+    CHECKPOINT_FIELDS, empty_raw_actions, json_adds, live_adds, raw_actions,
+    raw_checkpoint_actions,
 )
+from airflow_provider_delta.core.model import TableMetadata
 from airflow_provider_delta.core.storage import (
     CheckpointFile, LogEntry, TableLocation, commit_name,
 )
@@ -38,6 +41,7 @@ log = logging.getLogger(__name__)
 
 # How far below a version the local probe looks for a classic checkpoint before listing.
 _LOCAL_CHECKPOINT_PROBE = 1000
+_ADD_LINE = b'{"add":'  # how writers start an AddFile line
 _PROGRESS_EVERY = 10_000  # commits between progress log lines of a long replay
 _REMOTE_READERS = 16
 _REMOTE_READ_AHEAD = 256
@@ -54,6 +58,7 @@ class LogState:
     # the checkpoint's AddFiles as raw actions, then the later commits' adds and removes
     checkpoint_adds: list[pa.Table] = field(default_factory=list)
     commit_files: list[tuple[int, bool, dict[str, Any]]] = field(default_factory=list)
+    commit_add_tables: list[pa.Table] = field(default_factory=list)  # from add lines
     # the actions of commit ``version`` when the replay read it (plan_changes reuses them)
     last_commit: list[dict[str, Any]] | None = None
 
@@ -72,13 +77,69 @@ class LogState:
         """The live AddFiles as raw actions (see :mod:`~airflow_provider_delta.core.file_table`)."""
         checkpoint = (pa.concat_tables(self.checkpoint_adds) if self.checkpoint_adds
                       else empty_raw_actions())
-        return live_adds(checkpoint, raw_actions(self.commit_files))
+        commits = pa.concat_tables([*self.commit_add_tables, raw_actions(self.commit_files)])
+        in_log_order = commits.take(pc.sort_indices(commits, [("version", "ascending")]))
+        return live_adds(checkpoint, in_log_order)
+
+    def apply_split(self, location: TableLocation, commit: SplitCommit, version: int) -> None:
+        """Apply a commit read with its add lines apart."""
+        self.apply(commit.actions, version)
+        if commit.add_lines:
+            metadata = table_metadata(self.metadata or {}, self.protocol or {})
+            self.commit_add_tables.append(line_adds(location, version, commit, metadata))
 
 
-def read_commit(location: TableLocation, version: int) -> list[dict[str, Any]] | None:
-    """The actions of commit ``version``, None if the commit file does not exist."""
+@dataclass
+class SplitCommit:
+    """A commit whose AddFile lines are kept as JSON text, for Arrow's JSON reader."""
+
+    actions: list[dict[str, Any]]  # the other actions (and adds on lines written otherwise)
+    add_lines: list[bytes]
+    raw: bytes
+
+
+def split_commit(location: TableLocation, version: int, raw: bytes) -> SplitCommit:
+    """Commit ``version``'s bytes with the lines that start as an AddFile kept apart;
+    DamagedLogFileError (naming the line) if another line is damaged."""
+    lines = raw.splitlines()
+    add_lines = [line for line in lines if line.startswith(_ADD_LINE)]
+    if not add_lines:
+        return SplitCommit(commit_actions(location, version, raw), [], raw)
+    try:
+        actions = [json.loads(line) for line in lines
+                   if line.strip() and not line.startswith(_ADD_LINE)]
+    except ValueError:  # JSONDecodeError, UnicodeDecodeError
+        actions = None
+    if actions is None or not all(isinstance(a, dict) for a in actions):
+        return SplitCommit(commit_actions(location, version, raw), [], raw)  # raises
+    return SplitCommit(actions, add_lines, raw)
+
+
+def line_adds(location: TableLocation, version: int, commit: SplitCommit,
+              metadata: TableMetadata) -> pa.Table:
+    """The AddFiles on a commit's add lines as raw actions: by Arrow's JSON reader, else (a
+    line Arrow refuses) by Python's, which names a damaged line."""
+    names = [name for logical, physical, _ in partition_keys(metadata)
+             for name in (physical, logical)]
+    try:
+        return json_adds(commit.add_lines, version, names)
+    except pa.ArrowException:
+        commit_actions(location, version, commit.raw)  # names a damaged line
+        adds = [json.loads(line).get("add") for line in commit.add_lines]
+        return raw_actions([(version, True, add) for add in adds if isinstance(add, dict)])
+
+
+
+
+
+def read_commit(location: TableLocation, version: int, *, split: bool = False
+                ) -> list[dict[str, Any]] | SplitCommit | None:
+    """The actions of commit ``version`` (``split``: as a :class:`SplitCommit`), None if the
+    commit file does not exist."""
     raw = location.read_log_file(commit_name(version))
-    return None if raw is None else commit_actions(location, version, raw)
+    if raw is None:
+        return None
+    return split_commit(location, version, raw) if split else commit_actions(location, version, raw)
 
 
 def commit_actions(location: TableLocation, version: int, raw: bytes) -> list[dict[str, Any]]:
@@ -111,21 +172,22 @@ def _first_bad_line(raw: bytes) -> str:
     return "a line"
 
 
-def read_commits(location: TableLocation, versions: range
-                 ) -> Iterator[tuple[int, list[dict[str, Any]] | None]]:
-    """``(version, actions or None)`` in version order.
+def read_commits(location: TableLocation, versions: range, *, split: bool = False
+                 ) -> Iterator[tuple[int, list[dict[str, Any]] | SplitCommit | None]]:
+    """``(version, actions or None)`` in version order (``split``: see :func:`read_commit`).
 
     Object stores answer each GET in tens of milliseconds, so remote commits are fetched
     ``_REMOTE_READ_AHEAD`` at a time on threads; local files are read one after another.
     """
     if location.is_local:
         for version in versions:
-            yield version, read_commit(location, version)
+            yield version, read_commit(location, version, split=split)
         return
     with ThreadPoolExecutor(max_workers=_REMOTE_READERS) as pool:
         for low in range(versions.start, versions.stop, _REMOTE_READ_AHEAD):
             window = range(low, min(low + _REMOTE_READ_AHEAD, versions.stop))
-            yield from zip(window, pool.map(lambda v: read_commit(location, v), window))
+            yield from zip(window, pool.map(lambda v: read_commit(location, v, split=split),
+                                            window))
 
 
 def replay(location: TableLocation, version: int, *, with_files: bool = False) -> LogState:
@@ -137,13 +199,17 @@ def replay(location: TableLocation, version: int, *, with_files: bool = False) -
     """
     state, checkpoint, damaged = _checkpoint_state(location, version, with_files)
     first_commit = checkpoint[0].version + 1 if checkpoint else 0
-    for commit_version, actions in read_commits(location, range(first_commit, version + 1)):
+    commits = read_commits(location, range(first_commit, version + 1), split=with_files)
+    for commit_version, actions in commits:
         if actions is None and damaged is not None:
             raise _without_fallback(damaged, version, commit_version)
         if actions is None:
             raise_unreadable(location, version, commit_version, from_checkpoint=bool(checkpoint))
-        state.last_commit = actions
-        state.apply(actions, commit_version)
+        if with_files:
+            state.apply_split(location, actions, commit_version)
+        else:
+            state.last_commit = actions
+            state.apply(actions, commit_version)
         if (commit_version - first_commit) % _PROGRESS_EVERY == _PROGRESS_EVERY - 1:
             log.info("%s: replayed commits %d..%d towards version %d", location.table_uri,
                      first_commit, commit_version, version)
