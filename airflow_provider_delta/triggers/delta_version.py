@@ -35,6 +35,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
 from contextlib import aclosing
 from dataclasses import astuple
+from functools import partial
 from typing import Any
 
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
@@ -129,11 +130,11 @@ class DeltaVersionTrigger(BaseEventTrigger):
         return ("delta-versions", *astuple(self._poll_key()))
 
     @classmethod
-    async def open_shared_stream(cls, kwargs: dict[str, Any]) -> AsyncIterator[Poll]:
+    def open_shared_stream(cls, kwargs: dict[str, Any]) -> AsyncIterator[Poll]:
         """The polls of the table in ``kwargs``, shared by every trigger of the process."""
-        trigger = cls(**kwargs)
-        async for found in registry().subscribe(trigger._poll_key(), trigger._open_probe):
-            yield found
+        key = cls(**kwargs)._poll_key()
+        return registry().subscribe(key, partial(open_probe, kwargs["table_uri"],
+                                                 kwargs["delta_conn_id"]))
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         """Where the triggerer does not share streams: the same polls, shared by the registry."""
@@ -145,7 +146,7 @@ class DeltaVersionTrigger(BaseEventTrigger):
                                    ) -> AsyncIterator[TriggerEvent]:
         """This trigger's events, from its own first check and then the table's shared polls."""
         try:
-            probe = await self._open_probe()
+            probe = await open_probe(self.table_uri, self.delta_conn_id)
             start = LoadStart("changes", self.start_version)
             if self.start_version is None:
                 start = await self._retrying(self._start_from_watermark, probe)
@@ -287,21 +288,11 @@ class DeltaVersionTrigger(BaseEventTrigger):
         return PollKey(to_uri(self.table_uri), self.delta_conn_id, float(self.poll_interval),
                        float(self.max_backoff))
 
-    async def _open_probe(self) -> VersionProbe:
-        return VersionProbe(self.table_uri, await self._storage_options())
-
     def _next_wait(self, failures: int) -> float:
         wait = min(self.poll_interval * 2**failures, max(self.max_backoff, self.poll_interval))
         if self.timeout_at is not None:
             wait = min(wait, max(self.timeout_at - time.time(), 0.0))
         return wait
-
-    async def _storage_options(self) -> dict[str, str] | None:
-        if not self.delta_conn_id:
-            return None
-        from airflow_provider_delta.hooks.delta import DeltaHook
-
-        return await DeltaHook(self.delta_conn_id).aget_storage_options()
 
     async def _start_from_watermark(self, probe: VersionProbe) -> LoadStart:
         """A watcher's start: after its stored watermark, else as ``initial`` says."""
@@ -337,3 +328,12 @@ class DeltaVersionTrigger(BaseEventTrigger):
             f"{self.table_uri}: no {self.min_new_versions} new version(s) from version "
             f"{start_version} before the sensor's timeout."
         )
+
+
+async def open_probe(table_uri: str, delta_conn_id: str | None) -> VersionProbe:
+    """A probe of the table, with the storage options of ``delta_conn_id`` (if any)."""
+    if not delta_conn_id:
+        return VersionProbe(table_uri)
+    from airflow_provider_delta.hooks.delta import DeltaHook
+
+    return VersionProbe(table_uri, await DeltaHook(delta_conn_id).aget_storage_options())
