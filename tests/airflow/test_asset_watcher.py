@@ -129,3 +129,40 @@ def test_a_new_commit_makes_exactly_one_asset_event(register_dag, growing_table,
     # The watermark format of every store: the version and the table it belongs to.
     assert json.loads(asset_state("delta_orders", WATCHER_STATE_KEY)) == {
         "version": 2, "table_id": DeltaTable(table.uri).metadata().id}
+
+
+def test_the_watch_example_waits_for_its_tables_then_runs_on_their_versions(
+        register_dag, run_dag, xcom_value, growing_table, triggerer, tmp_path, monkeypatch):
+    """dags_examples/watch_delta_tables.py on a real triggerer: watchers set up before their
+    tables wait for them; a created table announces its snapshot, then each new range, and the
+    example's DAG reads the range it was run for."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    orders, customers = tmp_path / "orders", tmp_path / "customers"  # neither exists yet
+    monkeypatch.setenv("DELTA_WATCHED_TABLES", f"{orders},{customers}")
+    monkeypatch.setenv("DELTA_WATCH_POLL_SECONDS", "0.2")
+    example = Path(__file__).resolve().parents[2] / "dags_examples" / "watch_delta_tables.py"
+    bag = DagBag(dag_folder=str(example))
+    assert bag.import_errors == {} and set(bag.dags) == {"delta_orders_changed",
+                                                         "delta_customers_changed"}
+    for dag in bag.dags.values():
+        register_unpaused(register_dag, dag)
+    for asset in ("delta_orders", "delta_customers"):
+        wait_for(lambda: watcher_trigger_started(asset), 120, f"the triggerer to take {asset}")
+
+    time.sleep(2)  # ten polls of missing tables: no event, and the watchers keep running
+    assert asset_events("delta_orders") == []
+    table = growing_table(1, uri=str(orders))
+    wait_for(lambda: asset_events("delta_orders"), 120, "the snapshot's asset event")
+    table.append()
+    events = wait_for(lambda: (found := asset_events("delta_orders"))[1:] and found, 120,
+                      "the new range's asset event")
+    assert [(e["payload"]["mode"], e["payload"]["start_version"], e["payload"]["end_version"])
+            for e in events] == [("snapshot", 0, 0), ("changes", 1, 1)]
+    assert asset_events("delta_customers") == []
+    # Waiting is not a crash loop: no trigger ended with an error (and was restarted).
+    assert "exited with error" not in (tmp_path / "triggerer.log").read_text()
+
+    dag_run = run_dag(bag.dags["delta_orders_changed"])
+    assert xcom_value(dag_run, "announced_range") == {
+        "mode": "changes", "start_version": 1, "end_version": 1}
