@@ -45,6 +45,7 @@ _ADD_LINE = b'{"add":'  # how writers start an AddFile line
 _PROGRESS_EVERY = 10_000  # commits between progress log lines of a long replay
 _REMOTE_READERS = 16
 _REMOTE_READ_AHEAD = 256
+_CHECKPOINT_READERS = min(4, os.cpu_count() or 1)  # row groups of a checkpoint read at once
 
 
 @dataclass
@@ -445,7 +446,7 @@ def _parquet_actions(location: TableLocation, version: int, name: str, source: s
         groups = sorted({g for c in small for g in _row_groups_holding(parquet, c)})
         table = parquet.read_row_groups(groups, columns=small, use_threads=False)
         if "add" in columns and "add" in names:
-            state.checkpoint_adds.extend(_checkpoint_adds(parquet, version))
+            state.checkpoint_adds.extend(_checkpoint_adds(parquet, source, version))
     except (pa.ArrowException, OSError) as exc:
         size = len(source) if isinstance(source, bytes) else os.path.getsize(source)
         raise DamagedLogFileError(
@@ -475,12 +476,23 @@ def _row_groups_holding(parquet: pq.ParquetFile, column: str) -> list[int]:
     return groups
 
 
-def _checkpoint_adds(parquet: pq.ParquetFile, version: int) -> Iterator[pa.Table]:
+def _checkpoint_adds(parquet: pq.ParquetFile, source: str | bytes, version: int
+                     ) -> list[pa.Table]:
+    """The checkpoint's AddFiles as raw actions, row groups read and converted on
+    ``_CHECKPOINT_READERS`` threads (Arrow releases the GIL), each with its own reader."""
     add_type = parquet.schema_arrow.field("add").type
     fields = [f"add.{f}" for f in CHECKPOINT_FIELDS if add_type.get_field_index(f) >= 0]
-    for group in _row_groups_holding(parquet, "add"):
-        adds = parquet.read_row_group(group, columns=fields, use_threads=False).column("add")
-        yield raw_checkpoint_actions(adds.combine_chunks(), version, is_add=True)
+
+    def read(group: int) -> pa.Table:
+        own = pq.ParquetFile(pa.BufferReader(source) if isinstance(source, bytes) else source)
+        adds = own.read_row_group(group, columns=fields, use_threads=False).column("add")
+        return raw_checkpoint_actions(adds.combine_chunks(), version, is_add=True)
+
+    groups = _row_groups_holding(parquet, "add")
+    if len(groups) < 2:
+        return [read(group) for group in groups]
+    with ThreadPoolExecutor(max_workers=_CHECKPOINT_READERS) as pool:
+        return list(pool.map(read, groups))
 
 
 def _with_dicts(action: dict[str, Any], maps: set[str]) -> dict[str, Any]:
