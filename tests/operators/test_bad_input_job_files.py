@@ -134,17 +134,26 @@ def recorded_command_lines(tmp_path, monkeypatch, spark_local_conn):
     return lines
 
 
+@pytest.mark.parametrize("given_as", ["storage_options", "aws_connection"])
 def test_credentials_reach_the_driver_only_through_its_environment(
         spark_local_conn, recorded_command_lines, s3_options, run_dag, private_tmp, tmp_path,
-        capfd, caplog, request):
-    """The source is on S3 (moto): the driver can plan it only with the credentials."""
-    source = _empty_s3_table(s3_options, request.node.name)
+        capfd, caplog, request, monkeypatch, given_as):
+    """The source is on S3 (moto): the driver can plan it only with the credentials, given
+    directly or as the Amazon provider's ``aws`` connection."""
+    source = _empty_s3_table(s3_options, request.node.originalname + given_as)
     target = str(tmp_path / "copy")
+    credentials = {"storage_options": s3_options}
+    if given_as == "aws_connection":
+        monkeypatch.setenv("AIRFLOW_CONN_LAKE_AWS", json.dumps({
+            "conn_type": "aws", "login": "testing", "password": SECRET, "extra": {
+                "region_name": "us-east-1",
+                "service_config": {"s3": {"endpoint_url": s3_options["AWS_ENDPOINT_URL"]}}}}))
+        credentials = {"delta_conn_id": "lake_aws"}
     with DAG("s3_credentials", schedule=None) as dag:
         DeltaIncrementalOperator(
-            task_id="load", table_uri=source, storage_options=s3_options, target=target,
-            conn_id=spark_local_conn, conf=SPARK_CONF, watermark_store="variable",
-            watermark_key="wm_s3_credentials")
+            task_id="load", table_uri=source, target=target, conn_id=spark_local_conn,
+            conf=SPARK_CONF, watermark_store="variable", watermark_key=f"wm_{given_as}",
+            **credentials)
 
     run = run_dag(dag)
 
