@@ -23,7 +23,7 @@ from functools import reduce
 import numpy as np
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import ArrayType, DataType, MapType, StructType
+from pyspark.sql.types import ArrayType, DataType, MapType, StructType, VariantType
 
 from airflow_provider_delta.core import plan_change_feed
 from airflow_provider_delta.core.change_feed import (
@@ -174,7 +174,7 @@ def _net_changes(rows: DataFrame) -> DataFrame:
     for field in rows.schema.fields:
         if field.name == CHANGE_TYPE:
             continue
-        if _holds_map(field.dataType):
+        if not _groupable(field.dataType):
             keyed[field.name] = _comparable(F.col(quoted(field.name)), field.dataType)
         else:
             plain.append(F.col(quoted(field.name)))
@@ -192,30 +192,34 @@ def _net_changes(rows: DataFrame) -> DataFrame:
     )
 
 
-def _holds_map(data_type: DataType) -> bool:
-    if isinstance(data_type, MapType):
-        return True
+def _groupable(data_type: DataType) -> bool:
+    """Whether Spark groups values of this type faithfully (no maps, no VARIANT inside)."""
+    if isinstance(data_type, (MapType, VariantType)):
+        return False
     if isinstance(data_type, ArrayType):
-        return _holds_map(data_type.elementType)
+        return _groupable(data_type.elementType)
     if isinstance(data_type, StructType):
-        return any(_holds_map(f.dataType) for f in data_type.fields)
-    return False
+        return all(_groupable(f.dataType) for f in data_type.fields)
+    return True
 
 
 def _comparable(column: Column, data_type: DataType) -> Column:
-    """A value to group by in place of one holding maps: each map as its entries sorted by key.
+    """A value to group by in place of one Spark cannot group: each map as its entries sorted
+    by key, each VARIANT as its JSON.
 
     Spark cannot group by maps (older versions) or loses their null values when it does
     (4.3 sorts them with ``mapsort``, null values coming out as 0); arrays of structs group.
     """
+    if isinstance(data_type, VariantType):
+        return F.to_json(column)
     if isinstance(data_type, MapType):
         entries = F.array_sort(F.map_entries(column), _by_key)
         return F.transform(entries, lambda entry: F.struct(
             entry["key"].alias("key"),
             _comparable(entry["value"], data_type.valueType).alias("value")))
-    if isinstance(data_type, ArrayType) and _holds_map(data_type.elementType):
+    if isinstance(data_type, ArrayType) and not _groupable(data_type.elementType):
         return F.transform(column, lambda element: _comparable(element, data_type.elementType))
-    if isinstance(data_type, StructType) and _holds_map(data_type):
+    if isinstance(data_type, StructType) and not _groupable(data_type):
         fields = [_comparable(column[f.name], f.dataType).alias(f.name) for f in data_type.fields]
         return F.when(column.isNotNull(), F.struct(*fields))
     return column

@@ -14,11 +14,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 from deltalake import DeltaTable, write_deltalake
+from pyspark.sql.types import VariantType
 
 from airflow_provider_delta.errors import SchemaChangeError
 from airflow_provider_delta.spark import read_change_feed
 from tests.core.conftest import append_unchanged_merge
 from tests.spark.conftest import oracle_table, table_rows
+from tests.spark.test_variant import _as_json, _expected_json, variant_table
 
 CDF_ON = {"delta.enableChangeDataFeed": "true"}
 COMPARED = ["_change_type", "_commit_version"]  # load_cdf's timestamps are commitInfo's
@@ -261,3 +263,12 @@ def test_commit_timestamp_is_the_in_commit_timestamp_where_enabled(spark, tmp_pa
         got = dict(zip(rows["_commit_version"].to_pylist(), times))
         assert got == {v: ms * 1000 for v, ms in expected_ms.items()
                        if start <= v <= (3 if end is None else end)}
+
+
+def test_cdf_off_rewrite_of_a_table_with_a_variant_column(spark, tmp_path):
+    """Spark cannot group by VARIANT: a copy-on-write DELETE is netted on the values' JSON."""
+    path = variant_table(tmp_path / "variant")
+    feed = read_change_feed(spark, path, 3, 3)
+    assert feed.schema["v"].dataType == VariantType()
+    assert _as_json(feed.where("_change_type = 'delete'")) == _expected_json({10: {"k": "v"}})
+    assert feed.where("_change_type != 'delete'").count() == 0
