@@ -125,8 +125,15 @@ class DeltaVersionTrigger(BaseEventTrigger):
             },
         )
 
-    def shared_stream_key(self) -> Hashable:
-        """Triggers with equal keys share one poll in Airflow's triggerer (Airflow >= 3.3)."""
+    def shared_stream_key(self) -> Hashable | None:
+        """Watchers with equal keys share one stream in Airflow's triggerer (Airflow >= 3.3).
+
+        None for a deferred sensor's trigger (``fire_once``): the process-wide poller registry
+        shares its polls just the same, while Airflow's stream group (a task and a queue per
+        subscriber) doubled the memory of 1,000 deferred sensors on separate tables.
+        """
+        if self.fire_once:
+            return None
         return ("delta-versions", *astuple(self._poll_key()))
 
     @classmethod

@@ -113,7 +113,9 @@ class TablePoller:
         if found.error is not None and not found.error.permanent:
             backoff = min(interval * 2**found.failures, max(self.key.max_backoff, interval))
             return now + backoff
-        return max(self.due_at + interval, now + COALESCE_SECONDS)
+        next_due = self.due_at + interval
+        # A poll that ran late (a busy loop) moves the phase instead of polling again at once.
+        return next_due if next_due > now + COALESCE_SECONDS else now + interval
 
 
 class PollerRegistry:

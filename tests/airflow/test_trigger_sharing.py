@@ -70,6 +70,16 @@ def test_triggers_on_one_table_share_one_listing_per_interval(growing_table, lis
         ("success", 1, 1)}
 
 
+def test_watchers_of_one_table_declare_one_shared_stream(tmp_path):
+    def key(**kwargs):
+        return DeltaVersionTrigger(**{"table_uri": str(tmp_path / "t"), **kwargs}).shared_stream_key()
+
+    assert key() == key(table_uri=f"file://{tmp_path}/t/", initial="latest", state_key="other")
+    assert len({key(), key(delta_conn_id="lake"), key(poll_interval=5), key(max_backoff=9),
+                key(table_uri=str(tmp_path / "u"))}) == 5
+    assert key(fire_once=True) is None  # deferred sensors share through the registry only
+
+
 def test_triggers_sharing_a_table_each_keep_their_own_start(growing_table):
     table = growing_table(2)  # versions 0..1
     early = DeltaVersionTrigger(table_uri=table.uri, start_version=1, poll_interval=POLL,
