@@ -144,10 +144,11 @@ def _range_commits(location: TableLocation, state: LogState, start: int, end: in
 def _data_change_adds(location: TableLocation, version: int, commit: SplitCommit,
                       metadata: TableMetadata) -> pa.Table:
     """A commit's AddFiles with dataChange=true, as raw actions."""
-    on_lines = line_adds(location, version, commit, metadata) if commit.add_lines else None
-    written_otherwise = raw_actions([(version, True, a["add"]) for a in commit.actions
-                                     if "add" in a])
-    adds = pa.concat_tables([t for t in (on_lines, written_otherwise) if t is not None])
+    parts = [line_adds(location, version, commit, metadata)] if commit.add_lines else []
+    written_otherwise = [(version, True, a["add"]) for a in commit.actions if "add" in a]
+    if written_otherwise or not parts:
+        parts.append(raw_actions(written_otherwise))
+    adds = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
     return adds.filter(adds.column("data_change"))
 
 
