@@ -1,0 +1,265 @@
+"""Differential tests: loads driven by ``run_job`` over random splits of random source
+histories, against an independent oracle (deltalake's DataFusion snapshots, multisets of rows).
+
+Each seed writes a source with ``deltalake`` (appends of varied types, optional partitioning,
+OPTIMIZE, checkpoints, new columns, deletes, updates), then loads it in random pieces (random
+``max_files``/``max_bytes``, a re-run of a loaded range, a run that crashes before its sink
+commit) and compares the target with what Delta's streaming source would give. More seeds:
+``DIFFERENTIAL_SEEDS=20``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import random
+from collections import Counter
+from decimal import Decimal
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, QueryBuilder, write_deltalake
+
+from airflow_provider_delta.errors import DeltaProviderError
+from airflow_provider_delta.job.driver import run_job
+from airflow_provider_delta.job.merge_sink import DeltaMergeSink
+from airflow_provider_delta.job.sinks import DeltaAppendSink
+from airflow_provider_delta.job.spec import JobSpec
+from airflow_provider_delta.operators import DeltaIncrementalOperator, DeltaTimeTravelOperator
+
+SEEDS = range(int(os.environ.get("DIFFERENTIAL_SEEDS", "2")))
+UTC = dt.timezone.utc
+STRINGS = ["a/b", "50%", "k=v", "#1", "two words", "ünï", "日本", " lead", "", "null"]
+TIMESTAMPS = [dt.datetime(1850, 3, 1, 12, 30, tzinfo=UTC), dt.datetime(9999, 12, 31, 23, 59, tzinfo=UTC),
+              dt.datetime(2024, 2, 29, 1, 2, 3, 456789, tzinfo=UTC), dt.datetime(1970, 1, 1, tzinfo=UTC)]
+DATES = [dt.date(1850, 1, 1), dt.date(2024, 1, 31), dt.date(9999, 12, 31)]
+PARTITIONINGS = [(), ("_part",), ("day",), ("_part", "bucket"), ("bucket",)]
+
+
+class Source:
+    """A seeded random source history; every row has a unique ``id``."""
+
+    def __init__(self, path: Path, seed: int, changes: bool):
+        self.uri, self.random, self.changes = str(path), random.Random(seed), changes
+        self.next_id, self.extra_columns = 0, []
+        self.partition_by = list(self.random.choice(PARTITIONINGS))
+
+    def value(self, choices):
+        return None if self.random.random() < 0.2 else self.random.choice(choices)
+
+    def rows(self, count: int) -> pa.Table:
+        ids = list(range(self.next_id, self.next_id + count))
+        self.next_id += count
+        pick = self.random.choice
+        columns = {
+            "id": pa.array(ids, pa.int64()),
+            "text": pa.array([self.value(STRINGS) for _ in ids], pa.string()),
+            "at": pa.array([self.value(TIMESTAMPS) for _ in ids], pa.timestamp("us", "UTC")),
+            "amount": pa.array([self.value([Decimal("1.25"), Decimal("-99999.99")]) for _ in ids],
+                               pa.decimal128(10, 2)),
+            "flag": pa.array([self.value([True, False]) for _ in ids], pa.bool_()),
+            "_part": pa.array([pick(STRINGS[:6] + [None]) for _ in ids], pa.string()),
+            "day": pa.array([pick(DATES + [None]) for _ in ids], pa.date32()),
+            "bucket": pa.array([pick([0, 1, -7, None]) for _ in ids], pa.int32()),
+        }
+        for name in self.extra_columns:
+            columns[name] = pa.array([self.value([1.5, -0.0, 3e300]) for _ in ids], pa.float64())
+        return pa.table(columns)
+
+    def append(self, schema_mode: str | None = None) -> None:
+        config = {"delta.enableChangeDataFeed": "true"} if self.changes else None
+        write_deltalake(self.uri, self.rows(self.random.randint(1, 4)), mode="append",
+                        partition_by=self.partition_by or None, schema_mode=schema_mode,
+                        configuration=config)
+
+    def step(self) -> None:
+        """One random commit (or a checkpoint next to the latest one)."""
+        kinds = ["append"] * 4 + ["optimize", "add_column", "checkpoint"]
+        kinds += ["delete", "update"] * 2 if self.changes else []
+        kind = self.random.choice(kinds)
+        table = DeltaTable(self.uri)
+        if kind == "append":
+            self.append()
+        elif kind == "optimize":
+            table.optimize.compact()
+        elif kind == "add_column":
+            self.extra_columns.append(f"added {len(self.extra_columns)}")
+            self.append(schema_mode="merge")
+        elif kind == "checkpoint":
+            table.create_checkpoint()
+            self.append()
+        elif kind == "delete":
+            table.delete(f"id % 5 = {self.random.randint(0, 4)}")
+        else:
+            table.update({"text": "'updated'", "flag": "true"},
+                         predicate=f"id % 3 = {self.random.randint(0, 2)}")
+
+    def write(self, commits: int) -> str:
+        self.append()
+        while DeltaTable(self.uri).version() < commits - 1:
+            self.step()
+        return self.uri
+
+
+def rows(uri: str, columns: list[str], version: int | None = None) -> Counter:
+    """The oracle: a Delta table's rows (named columns, in that order) through DataFusion."""
+    table = DeltaTable(uri, version=version)
+    names = ", ".join(f'"{c}"' for c in columns)
+    result = QueryBuilder().register("t", table).execute(f"select {names} from t").read_all()
+    return Counter(zip(*(result.column(i).to_pylist() for i in range(result.num_columns))))
+
+
+def columns_of(uri: str) -> list[str]:
+    return sorted(DeltaTable(uri).schema().to_arrow().names)
+
+
+def spec_of(source: str, target: str, start: int, end: int | None, **options) -> JobSpec:
+    """The job spec the operator submits for versions ``start..end`` (or a snapshot)."""
+    sink_kind = "delta-merge" if options.get("change_feed") else "delta"
+    operator = DeltaIncrementalOperator(
+        task_id="load", table_uri=source, target=target, conn_id="no_spark_needed",
+        sink=sink_kind, merge_keys=["id"] if sink_kind == "delta-merge" else (),
+        change_feed=bool(options.get("change_feed")),
+        sink_options={"mergeSchema": "true"})
+    if start is None:
+        return JobSpec(table_uri=source, mode="snapshot", sink=operator.sink_spec(),
+                       snapshot_version=end, **options)
+    return JobSpec(table_uri=source, mode="changes", sink=operator.sink_spec(),
+                   start_version=start, end_version=end, **options)
+
+
+class _Crash(Exception):
+    """A driver that dies right before its sink commits."""
+
+
+def crashing_run(spark, spec: JobSpec, monkeypatch) -> None:
+    """``run_job`` whose first commit never happens (the staged files stay behind)."""
+    with monkeypatch.context() as patch:
+        def die(*args, **kwargs):
+            raise _Crash
+        patch.setattr(DeltaAppendSink, "_commit", die)
+        patch.setattr(DeltaMergeSink, "_merge", die)
+        with pytest.raises(_Crash):
+            run_job(spark, spec)
+
+
+def random_cuts(chooser: random.Random, latest: int) -> list[int]:
+    """Random run boundaries: each run loads ``cuts[i] + 1 .. cuts[i + 1]``."""
+    inner = sorted(chooser.sample(range(0, latest), k=min(latest, chooser.randint(1, 3))))
+    return [*dict.fromkeys([*inner, latest])]
+
+
+def load_in_pieces(spark, source: str, target: str, seed: int, monkeypatch, **options) -> None:
+    """A first snapshot at a random version, then the later versions in random runs with
+    random batch limits; one run crashes before committing, one re-runs a loaded range."""
+    chooser = random.Random(seed * 7919)
+    latest = DeltaTable(source).version()
+    first = chooser.randint(0, latest)
+    spec = spec_of(source, target, None, first, **options)
+    run_job(spark, spec)
+    loaded = first
+    for end in [c for c in random_cuts(chooser, latest) if c > first] or [latest]:
+        if end <= loaded:
+            continue
+        limits = {"max_files": chooser.choice([None, 1, 2]),
+                  "max_bytes": chooser.choice([None, 1, 4000])}
+        spec = spec_of(source, target, loaded + 1, end, **options, **limits)
+        if chooser.random() < 0.5:
+            crashing_run(spark, spec, monkeypatch)
+        run_job(spark, spec)
+        loaded = end
+    assert run_job(spark, spec).batches == ()  # a re-run of the last range writes nothing
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_appends_load_every_row_exactly_once(spark, tmp_path, monkeypatch, seed):
+    source = Source(tmp_path / "source", seed, changes=False).write(commits=8)
+    target = str(tmp_path / "target")
+
+    load_in_pieces(spark, source, target, seed, monkeypatch)
+
+    assert columns_of(target) == columns_of(source)
+    assert rows(target, columns_of(source)) == rows(source, columns_of(source))
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_change_feed_merge_keeps_the_target_equal_to_the_source(spark, tmp_path, monkeypatch,
+                                                                seed):
+    source = Source(tmp_path / "source", 100 + seed, changes=True).write(commits=9)
+    target = str(tmp_path / "target")
+
+    load_in_pieces(spark, source, target, seed, monkeypatch, change_feed=True)
+
+    assert rows(target, columns_of(source)) == rows(source, columns_of(source))
+
+
+def commit_actions(uri: str, version: int) -> set[str]:
+    """The kinds of data-changing file actions of one commit, read from its JSON."""
+    text = (Path(uri) / "_delta_log" / f"{version:020d}.json").read_text()
+    kinds = set()
+    for line in filter(None, text.splitlines()):
+        action = json.loads(line)
+        for kind in ("add", "remove"):
+            if kind in action and action[kind].get("dataChange", True):
+                kinds.add(kind)
+    return kinds
+
+
+def streamed_rows(uri: str, columns: list[str], start: int, end: int, option: str) -> Counter:
+    """What Delta's streaming source gives for ``start..end`` with ``ignoreDeletes`` or
+    ``skipChangeCommits``: each kept commit adds snapshot(v) - snapshot(v - 1)."""
+    expected = Counter()
+    for version in range(start, end + 1):
+        kinds = commit_actions(uri, version)
+        if "remove" in kinds:
+            if option == "ignore_deletes" and "add" in kinds:
+                return None  # a rewrite: Delta fails the stream
+            continue
+        expected += rows(uri, columns, version) - rows(uri, columns, version - 1)
+    return expected
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("option", ["ignore_deletes", "skip_change_commits"])
+def test_streaming_options_skip_what_delta_skips(spark, tmp_path, seed, option):
+    source = Source(tmp_path / "source", 200 + seed, changes=True).write(commits=8)
+    target = str(tmp_path / "target")
+    start = random.Random(seed).randint(1, 4)
+    latest = DeltaTable(source).version()
+    expected = streamed_rows(source, columns_of(source), start, latest, option)
+    spec = spec_of(source, target, start, latest, **{option: True})
+
+    if expected is None:
+        with pytest.raises(DeltaProviderError):
+            run_job(spark, spec)
+        return
+    run_job(spark, spec)
+
+    got = rows(target, columns_of(source)) if DeltaTable.is_deltatable(target) else Counter()
+    assert got == expected
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_time_travel_picks_the_last_commit_at_or_before_the_timestamp(tmp_path, seed):
+    chooser = random.Random(seed)
+    source = Source(tmp_path / "source", 300 + seed, changes=False).write(commits=6)
+    log = Path(source) / "_delta_log"
+    base = 1_700_000_000
+    for version in range(6):  # file times that repeat and go back, as object stores give
+        stamp = base + chooser.choice([0, 1, 2, 5]) * version - chooser.randint(0, 3)
+        os.utime(log / f"{version:020d}.json", (stamp, stamp))
+    adjusted = []  # Delta's rule: each time raised to one ms past its predecessor
+    for version in range(6):
+        millis = os.stat(log / f"{version:020d}.json").st_mtime_ns // 1_000_000
+        adjusted.append(max(millis, adjusted[-1] + 1) if adjusted else millis)
+
+    for _ in range(10):
+        wanted = chooser.randint(adjusted[0], adjusted[-1])
+        at = dt.datetime.fromtimestamp(wanted / 1000, UTC)
+        operator = DeltaTimeTravelOperator(task_id="travel", table_uri=source, timestamp=at,
+                                           target=str(tmp_path / "t"), sink="delta",
+                                           conn_id="no_spark_needed")
+        assert operator.resolve_version() == max(v for v, t in enumerate(adjusted)
+                                                  if t <= wanted), at
