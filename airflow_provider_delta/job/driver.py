@@ -24,6 +24,7 @@ from airflow_provider_delta.core import (
 )
 from airflow_provider_delta.core.model import Plan
 from airflow_provider_delta.errors import InvalidParameterError
+from airflow_provider_delta.job.merge_sink import FEED_COLUMNS
 from airflow_provider_delta.job.sinks import Sink, make_sink
 from airflow_provider_delta.job.spec import BatchResult, JobResult, JobSpec
 from airflow_provider_delta.job.storage import with_storage_options_from
@@ -118,6 +119,8 @@ def _run_batch(spark: SparkSession, spec: JobSpec, sink: Sink, batch: Plan | Cha
 
 def _read_batch(spark: SparkSession, spec: JobSpec, batch: Plan | ChangeFeedPlan) -> DataFrame:
     options = {"storage_options": spec.storage_options}
+    if spec.change_feed:
+        _refuse_feed_column_clash(spec, batch)
     if isinstance(batch, ChangeFeedPlan):
         return read_feed(spark, batch, **options)
     df = read_plan(spark, batch, **options)
@@ -125,6 +128,18 @@ def _read_batch(spark: SparkSession, spec: JobSpec, batch: Plan | ChangeFeedPlan
         committed_at = commit_timestamp(spec.table_uri, batch.end_version, **options)
         return snapshot_as_inserts(df, batch.end_version, committed_at)
     return df
+
+
+def _refuse_feed_column_clash(spec: JobSpec, batch: Plan | ChangeFeedPlan) -> None:
+    """A source column named like a feed column would be ambiguous or overwritten."""
+    columns = [f["name"] for f in batch.metadata.schema.get("fields", [])]
+    clashing = [c for c in columns if c.lower() in FEED_COLUMNS]
+    if clashing:
+        raise InvalidParameterError(
+            spec.context.get("task_id"), "change_feed", True,
+            f"adds columns {list(FEED_COLUMNS)}, but the source has {clashing} at version "
+            f"{batch.end_version}", "rename those source columns, or load without change_feed",
+            spec.table_uri)
 
 
 def transform(spark: SparkSession, df: DataFrame, spec: JobSpec,

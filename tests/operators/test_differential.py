@@ -22,7 +22,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, QueryBuilder, write_deltalake
 
-from airflow_provider_delta.errors import DeltaProviderError
+from airflow_provider_delta.errors import DeltaProviderError, InvalidParameterError
 from airflow_provider_delta.job.driver import run_job
 from airflow_provider_delta.job.merge_sink import DeltaMergeSink
 from airflow_provider_delta.job.sinks import DeltaAppendSink
@@ -104,9 +104,11 @@ class Source:
 
 
 def rows(uri: str, columns: list[str], version: int | None = None) -> Counter:
-    """The oracle: a Delta table's rows (named columns, in that order) through DataFusion."""
+    """The oracle: a Delta table's rows (named columns, in that order) through DataFusion;
+    columns added after ``version`` read null."""
     table = DeltaTable(uri, version=version)
-    names = ", ".join(f'"{c}"' for c in columns)
+    present = table.schema().to_arrow().names
+    names = ", ".join(f'"{c}"' if c in present else f'null as "{c}"' for c in columns)
     result = QueryBuilder().register("t", table).execute(f"select {names} from t").read_all()
     return Counter(zip(*(result.column(i).to_pylist() for i in range(result.num_columns))))
 
@@ -263,3 +265,17 @@ def test_time_travel_picks_the_last_commit_at_or_before_the_timestamp(tmp_path, 
                                            conn_id="no_spark_needed")
         assert operator.resolve_version() == max(v for v, t in enumerate(adjusted)
                                                   if t <= wanted), at
+
+
+@pytest.mark.parametrize("column", ["_change_type", "_commit_version", "_Commit_Timestamp"])
+def test_a_source_column_named_like_a_feed_column_is_refused(spark, tmp_path, column):
+    source, target = str(tmp_path / "source"), str(tmp_path / "target")
+    write_deltalake(source, pa.table({"id": [1, 2], column: pa.array([5, 6], pa.int64())}),
+                    configuration={"delta.enableChangeDataFeed": "true"})
+
+    with pytest.raises(InvalidParameterError) as error:
+        run_job(spark, spec_of(source, target, None, 0, change_feed=True))
+
+    assert f"['{column}'] at version 0" in str(error.value)
+    assert source in str(error.value) and "without change_feed" in str(error.value)
+    assert not DeltaTable.is_deltatable(target)
