@@ -138,24 +138,24 @@ def test_the_watch_example_waits_for_its_tables_then_runs_on_their_versions(
     example's DAG reads the range it was run for."""
     from airflow.dag_processing.dagbag import DagBag
 
-    orders, customers = tmp_path / "orders", tmp_path / "customers"  # neither exists yet
-    monkeypatch.setenv("DELTA_WATCHED_TABLES", f"{orders},{customers}")
+    sales, customers = tmp_path / "sales", tmp_path / "customers"  # neither exists yet
+    monkeypatch.setenv("DELTA_WATCHED_TABLES", f"{sales},{customers}")
     monkeypatch.setenv("DELTA_WATCH_POLL_SECONDS", "0.2")
     example = Path(__file__).resolve().parents[2] / "dags_examples" / "watch_delta_tables.py"
     bag = DagBag(dag_folder=str(example))
-    assert bag.import_errors == {} and set(bag.dags) == {"delta_orders_changed",
+    assert bag.import_errors == {} and set(bag.dags) == {"delta_sales_changed",
                                                          "delta_customers_changed"}
     for dag in bag.dags.values():
         register_unpaused(register_dag, dag)
-    for asset in ("delta_orders", "delta_customers"):
+    for asset in ("delta_sales", "delta_customers"):
         wait_for(lambda: watcher_trigger_started(asset), 120, f"the triggerer to take {asset}")
 
     time.sleep(2)  # ten polls of missing tables: no event, and the watchers keep running
-    assert asset_events("delta_orders") == []
-    table = growing_table(1, uri=str(orders))
-    wait_for(lambda: asset_events("delta_orders"), 120, "the snapshot's asset event")
+    assert asset_events("delta_sales") == []
+    table = growing_table(1, uri=str(sales))
+    wait_for(lambda: asset_events("delta_sales"), 120, "the snapshot's asset event")
     table.append()
-    events = wait_for(lambda: (found := asset_events("delta_orders"))[1:] and found, 120,
+    events = wait_for(lambda: (found := asset_events("delta_sales"))[1:] and found, 120,
                       "the new range's asset event")
     assert [(e["payload"]["mode"], e["payload"]["start_version"], e["payload"]["end_version"])
             for e in events] == [("snapshot", 0, 0), ("changes", 1, 1)]
@@ -163,6 +163,6 @@ def test_the_watch_example_waits_for_its_tables_then_runs_on_their_versions(
     # Waiting is not a crash loop: no trigger ended with an error (and was restarted).
     assert "exited with error" not in (tmp_path / "triggerer.log").read_text()
 
-    dag_run = run_dag(bag.dags["delta_orders_changed"])
+    dag_run = run_dag(bag.dags["delta_sales_changed"])
     assert xcom_value(dag_run, "announced_range") == {
         "mode": "changes", "start_version": 1, "end_version": 1}
