@@ -281,3 +281,16 @@ class SparkConnectUnavailableError(SparkConnectError):
             "what the target does not hold yet.",
             table_uri=table_uri,
         )
+
+
+class MissingSparkExtraError(DeltaProviderError, ImportError):
+    """The operators run Spark jobs; an install without the ``spark`` or ``connect`` extra
+    lacks the Spark provider they are built on."""
+
+    def __init__(self, what: str):
+        super().__init__(
+            f"{what} need the Apache Spark provider (apache-airflow-providers-apache-spark), "
+            "which is not installed. Install 'airflow-provider-delta[spark]' (spark-submit and "
+            "local Spark, with the full pyspark) or 'airflow-provider-delta[connect]' (Spark "
+            "Connect only, with pyspark-client); the sensor, trigger and hook need neither."
+        )

@@ -32,10 +32,17 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Asset
 
 import airflow_provider_delta
+from airflow_provider_delta.errors import MissingSparkExtraError
+
+# First: without the spark or connect extra, the imports below would fail on pyspark.
+try:
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+except ModuleNotFoundError as missing:
+    raise MissingSparkExtraError("DeltaIncrementalOperator and DeltaTimeTravelOperator") from missing
+
 from airflow_provider_delta import core
 from airflow_provider_delta.core.probe import VersionProbe
 from airflow_provider_delta.errors import InvalidParameterError

@@ -4,8 +4,6 @@ the entry point Airflow discovers providers by."""
 from __future__ import annotations
 
 import configparser
-import subprocess
-import sys
 import tarfile
 import zipfile
 from email.parser import Parser
@@ -20,23 +18,8 @@ DIST_INFO = f"airflow_provider_delta-{airflow_provider_delta.__version__}.dist-i
 
 
 @pytest.fixture(scope="module")
-def dist_dir(tmp_path_factory) -> Path:
-    """Builds as a user does: the sdist, then the wheel from that sdist, in isolated envs."""
-    out = tmp_path_factory.mktemp("dist")
-    build = subprocess.run(
-        [sys.executable, "-m", "build", "--outdir", str(out), str(REPO)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
-    return out
-
-
-@pytest.fixture(scope="module")
-def wheel(dist_dir) -> zipfile.ZipFile:
-    (path,) = dist_dir.glob("*.whl")
-    with zipfile.ZipFile(path) as archive:
+def wheel(wheel_path) -> zipfile.ZipFile:
+    with zipfile.ZipFile(wheel_path) as archive:
         yield archive
 
 
