@@ -12,6 +12,17 @@ setup() {
     .venv/bin/python -m uv pip install -q -p .venv/bin/python -e ".[test]"
 }
 
+# The lowest versions every dependency declares (pyproject's floors), in their own venv:
+# proves the floors are true. Transitive dependencies resolve to their newest versions.
+setup_lowest() {
+    if [ ! -x .venv-lowest/bin/python ]; then
+        python3 -m venv .venv-lowest
+    fi
+    .venv-lowest/bin/python -m pip install -q --disable-pip-version-check uv
+    .venv-lowest/bin/python -m uv pip install -q -p .venv-lowest/bin/python \
+        --resolution lowest-direct -e ".[test]"
+}
+
 case "${1:-}" in
     setup) setup ;;
     demo)
@@ -24,8 +35,13 @@ case "${1:-}" in
         shift
         .venv/bin/python -m pytest "$@"
         ;;
+    test-lowest)
+        setup_lowest
+        shift
+        .venv-lowest/bin/python -m pytest "$@"
+        ;;
     *)
-        echo "usage: bash scripts/dev.sh {setup|demo [--connect]|test [pytest args]}" >&2
+        echo "usage: bash scripts/dev.sh {setup|demo [--connect]|test [pytest args]|test-lowest [pytest args]}" >&2
         exit 2
         ;;
 esac
