@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from airflow_provider_delta.core.actions import table_metadata
 from airflow_provider_delta.core.file_table import empty_raw_actions, file_table, raw_actions
@@ -55,7 +56,8 @@ def plan_changes(table_uri: str, start_version: int, end_version: int | None = N
     rules = _ChangeRules(table_uri, ignore_deletes, ignore_changes, skip_change_commits)
     metadata = table_metadata(state.metadata, state.protocol)
     protocol = state.protocol
-    adds: list[pa.Table] = []
+    adds: list[pa.Table] = []  # of commits with many add lines
+    dict_adds: list[tuple[int, bool, dict[str, Any]]] = []  # of the others, built at the end
     changes = {start_version: metadata}
     for version, commit in _range_commits(location, state, start_version, end_version,
                                           split=True):
@@ -66,13 +68,17 @@ def plan_changes(table_uri: str, start_version: int, end_version: int | None = N
                                                       protocol, metadata)
             if metadata is not changes[max(changes)]:
                 changes[version] = metadata
-        data_adds = _data_change_adds(location, version, commit, metadata)
-        if rules.keep_commit(version, commit.actions, bool(len(data_adds))):
-            adds.append(data_adds)
+        on_lines = _data_change_line_adds(location, version, commit, metadata)
+        written_otherwise = [(version, True, a["add"]) for a in commit.actions
+                             if "add" in a and a["add"].get("dataChange", True)]
+        if rules.keep_commit(version, commit.actions, bool(len(on_lines) or written_otherwise)):
+            adds.append(on_lines)
+            dict_adds.extend(written_otherwise)
         if (version - start_version + 1) % _PROGRESS_EVERY == 0:
             log.info("%s: planned versions %d..%d, %d files so far", table_uri, start_version,
-                     version, sum(map(len, adds)))
-    raw = pa.concat_tables(adds) if adds else empty_raw_actions()
+                     version, sum(map(len, adds)) + len(dict_adds))
+    raw = pa.concat_tables([*adds, raw_actions(dict_adds)])
+    raw = raw.take(pc.sort_indices(raw, [("version", "ascending")]))  # stable: log order
     log.info("%s: planned versions %d..%d: %d files", table_uri, start_version, end_version,
              len(raw))
     files = file_table(raw, location, changes, metadata)
@@ -141,14 +147,12 @@ def _range_commits(location: TableLocation, state: LogState, start: int, end: in
     yield from read_commits(location, range(start, end + 1), split=split)
 
 
-def _data_change_adds(location: TableLocation, version: int, commit: SplitCommit,
-                      metadata: TableMetadata) -> pa.Table:
-    """A commit's AddFiles with dataChange=true, as raw actions."""
-    parts = [line_adds(location, version, commit, metadata)] if commit.add_lines else []
-    written_otherwise = [(version, True, a["add"]) for a in commit.actions if "add" in a]
-    if written_otherwise or not parts:
-        parts.append(raw_actions(written_otherwise))
-    adds = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
+def _data_change_line_adds(location: TableLocation, version: int, commit: SplitCommit,
+                           metadata: TableMetadata) -> pa.Table:
+    """The AddFiles with dataChange=true on a commit's add lines, as raw actions."""
+    if not commit.add_lines:
+        return empty_raw_actions()
+    adds = line_adds(location, version, commit, metadata)
     return adds.filter(adds.column("data_change"))
 
 

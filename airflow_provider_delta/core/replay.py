@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 # How far below a version the local probe looks for a classic checkpoint before listing.
 _LOCAL_CHECKPOINT_PROBE = 1000
 _ADD_LINE = b'{"add":'  # how writers start an AddFile line
+_ARROW_ADD_LINES = 64  # from this many AddFile lines on, a commit's are parsed by Arrow
 _PROGRESS_EVERY = 10_000  # commits between progress log lines of a long replay
 _REMOTE_READERS = 16
 _REMOTE_READ_AHEAD = 256
@@ -104,7 +105,7 @@ def split_commit(location: TableLocation, version: int, raw: bytes) -> SplitComm
     DamagedLogFileError (naming the line) if another line is damaged."""
     lines = raw.splitlines()
     add_lines = [line for line in lines if line.startswith(_ADD_LINE)]
-    if not add_lines:
+    if len(add_lines) < _ARROW_ADD_LINES:  # Python's parser is quicker on a few lines
         return SplitCommit(commit_actions(location, version, raw), [], raw)
     try:
         actions = [json.loads(line) for line in lines
