@@ -453,6 +453,10 @@ class DeltaIncrementalOperator(_DeltaSparkJobOperator):
         template rendering to a list).
     :param sink_options: the sink's writer options, e.g. ``{"mergeSchema": "true"}``
         (templated: each value, or one template rendering to a dict).
+    :param sink: ``"delta"`` (default), ``"delta-merge"``, ``"delta-spark"``, another Spark
+        format, or ``None`` (the transform writes).
+    :param transform: ``"module:function"``, called as ``function(spark, df, context)`` and
+        returning the DataFrame to write (not with ``sql``).
     :param sql: a query over the view ``changes``, or a ``.sql`` file found in the DAG folder or
         ``template_searchpath`` (templated, file contents too).
     :param delta_conn_id: the connection with the source's (and target's) storage credentials:
@@ -466,6 +470,8 @@ class DeltaIncrementalOperator(_DeltaSparkJobOperator):
         ``"asset_state"``.
     :param watermark_key: XCom key, Variable name or asset-state key of the watermark
         (templated).
+    :param watermark_asset: for ``"asset_state"``: the asset (or its name) holding the
+        watermark; default: the task's only inlet/outlet.
     :param initial: where to start without a watermark (see above).
     :param reset_if_ahead: a watermark above the latest version, or written for another table
         id (the table was dropped and recreated, or replaced, at the same path), restarts with
@@ -473,8 +479,12 @@ class DeltaIncrementalOperator(_DeltaSparkJobOperator):
         it is also the explicit reset that lets this task move a watermark back.
     :param move_watermark: whether this run moves the watermark; default: yes, except for an
         explicit range.
-    :param ignore_deletes: as Delta's streaming option of the same name (also
-        ``ignore_changes``, ``skip_change_commits``).
+    :param ignore_deletes: as Delta's streaming option ``ignoreDeletes``: the removes of
+        commits that only remove files are ignored; a commit that removes and adds still fails.
+    :param ignore_changes: as ``ignoreChanges``: files rewritten by UPDATE/MERGE/DELETE are read
+        again whole (their unchanged rows come again: duplicates downstream).
+    :param skip_change_commits: as ``skipChangeCommits``: every commit that removes data is
+        skipped, its added files too.
     :param max_files: at most this many files per batch (at least one commit each).
     :param max_bytes: at most this many bytes per batch (at least one commit each).
     :param change_feed: load the row changes of the range (inserts, deletes, update images,
@@ -654,8 +664,11 @@ class DeltaTimeTravelOperator(_DeltaSparkJobOperator):
     error and no Spark job. Transform and sink work as in :class:`DeltaIncrementalOperator`; with
     a ``"delta"`` sink the snapshot is written once (its ``txn`` version is the snapshot version).
 
+    :param table_uri: the table (templated).
     :param version: the table version (templated).
-    :param delta_conn_id: as in :class:`DeltaIncrementalOperator`.
+    :param delta_conn_id: as in :class:`DeltaIncrementalOperator`; so are ``storage_options``,
+        ``target``, ``sink``, ``partition_by``, ``sink_options``, ``merge_keys``, ``transform``,
+        ``sql``, ``ship_package`` and ``work_dir``.
     :param timestamp: a ``datetime`` (naive means UTC) or ISO-8601 string (templated); the latest
         commit at or before it is read.
     """
