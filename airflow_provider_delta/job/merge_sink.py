@@ -126,11 +126,16 @@ class DeltaMergeSink(DeltaAppendSink):
         return None
 
     def _merge(self, table: DeltaTable, changes: pa.Table, properties: CommitProperties) -> None:
-        if not changes.num_rows:  # still record the batch as applied
+        before = table.version()
+        if changes.num_rows:
+            self._merge_rows(table, changes, properties)
+        if table.version() == before:  # no rows, or none matched: deltalake commits nothing
             table.create_write_transaction(
                 [], "append", changes.drop_columns([_OPERATION]).schema,
                 partition_by=table.metadata().partition_columns, commit_properties=properties)
-            return
+
+    def _merge_rows(self, table: DeltaTable, changes: pa.Table,
+                    properties: CommitProperties) -> None:
         on = " AND ".join(f't."{k}" = s."{k}"' for k in self.keys)
         # Not streamed: deltalake then prunes target files by the changes' key ranges (and
         # partition values) and reads only those; the changes are in memory anyway.

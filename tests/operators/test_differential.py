@@ -284,3 +284,21 @@ def test_a_source_column_named_like_a_feed_column_is_refused(spark, tmp_path, co
     assert f"['{column}'] at version 0" in str(error.value)
     assert source in str(error.value) and "without change_feed" in str(error.value)
     assert not DeltaTable.is_deltatable(target)
+
+
+def test_a_merge_batch_that_changes_no_target_row_is_recorded(spark, tmp_path):
+    """A key inserted and deleted inside one batch: deltalake's MERGE matches nothing and
+    commits nothing, yet the batch must be recorded, or a retry loads it again."""
+    source, target = str(tmp_path / "source"), str(tmp_path / "target")
+    write_deltalake(source, pa.table({"id": [1]}),
+                    configuration={"delta.enableChangeDataFeed": "true"})
+    write_deltalake(source, pa.table({"id": [2]}), mode="append")
+    DeltaTable(source).delete("id = 2")
+    run_job(spark, spec_of(source, target, None, 0, change_feed=True))
+
+    spec = spec_of(source, target, 1, 2, change_feed=True)
+    run_job(spark, spec)
+
+    assert DeltaTable(target).transaction_version(spec.sink.app_id) == 2
+    assert run_job(spark, spec).batches == ()
+    assert rows(target, ["id"]) == rows(source, ["id"])
