@@ -123,6 +123,9 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
         storage_options: dict[str, str] | None = None,
         ship_package: bool = False,
         work_dir: str | None = None,
+        conn_id: str = "spark_default",
+        deploy_mode: str | None = None,
+        archives: str | None = None,
         **kwargs: Any,
     ):
         where = {"task_id": kwargs.get("task_id"), "table_uri": table_uri}
@@ -143,7 +146,12 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
         if target and "outlets" not in kwargs and not parameters.is_templated(target):
             kwargs["outlets"] = [Asset(uri=to_uri(target), name=to_uri(target))]
         kwargs.setdefault("name", f"delta-load-{kwargs.get('task_id', 'job')}")
-        super().__init__(application=driver.__file__, **kwargs)
+        super().__init__(application=driver.__file__, conn_id=conn_id, deploy_mode=deploy_mode,
+                         archives=archives, **kwargs)
+        # Ours, public: the provider keeps these in private attributes that may change.
+        self.conn_id = conn_id
+        self.deploy_mode = deploy_mode
+        self.archives = archives
         self.table_uri = table_uri
         self.target = target
         self.sink = sink
@@ -279,7 +287,7 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
     def submit(self, context: Context, spec: JobSpec) -> JobResult:
         """Write the spec, run the driver through spark-submit, read its result; the job's
         files are deleted however the task ends."""
-        job = connect_job(self._conn_id)
+        job = connect_job(self.conn_id)
         if job is not None:
             return self.run_on_connect(job, spec)
         self.check_submittable()
@@ -295,14 +303,14 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
         """What would fail only once spark-submit runs: a missing Spark connection, a
         transform the driver cannot import (checked where the driver runs like this task)."""
         where = {"task_id": self.task_id, "table_uri": self.table_uri}
-        parameters.check_connection(self._conn_id, "conn_id", "spark", **where)
+        parameters.check_connection(self.conn_id, "conn_id", "spark", **where)
         if self.transform and not self.py_files and self.submit_target.driver_runs_here:
             parameters.check_importable(self.transform, **where)
 
     @cached_property
     def submit_target(self) -> SubmitTarget:
         """Where spark-submit puts the driver, from the Spark connection (read once a run)."""
-        return resolve_submit_target(self._conn_id, self._deploy_mode)
+        return resolve_submit_target(self.conn_id, self.deploy_mode)
 
     def _job_dir_of(self, context: Context) -> str:
         """This try's job folder: keyed by map index and try number, so mapped tasks and
@@ -331,7 +339,7 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
 
     def run_on_connect(self, job: ConnectJob, spec: JobSpec) -> JobResult:
         """Run the job module in this process on the task's own Spark Connect session."""
-        refuse_spark_submit_options(self, self._conn_id, spec)
+        refuse_spark_submit_options(self, self.conn_id, spec)
         self._connect_job = job
         try:
             return self._log_done(job.run(spec, self.conf))
@@ -500,7 +508,12 @@ class DeltaIncrementalOperator(_DeltaSparkJobOperator):
         credentials: they reach a driver started by spark-submit through its environment;
         in cluster deploy mode the cluster needs its own) and deletes it when the task ends;
         without ``work_dir`` they live in a private temp folder, deleted alike.
-    Every other keyword goes to :class:`SparkSubmitOperator` (``conn_id``, ``conf``, ...).
+    :param conn_id: the Spark connection: a ``spark`` one (spark-submit; default
+        ``spark_default``) or a ``spark_connect`` one (the job runs on a Spark Connect session).
+    :param deploy_mode: ``client`` or ``cluster``; wins over the connection's extra
+        ``deploy-mode``.
+    :param archives: archives for spark-submit's ``--archives`` (not with Spark Connect).
+    Every other keyword goes to :class:`SparkSubmitOperator` (``conf``, ``executor_memory``, ...).
     """
 
     template_fields: Sequence[str] = (
@@ -668,7 +681,7 @@ class DeltaTimeTravelOperator(_DeltaSparkJobOperator):
     :param version: the table version (templated).
     :param delta_conn_id: as in :class:`DeltaIncrementalOperator`; so are ``storage_options``,
         ``target``, ``sink``, ``partition_by``, ``sink_options``, ``merge_keys``, ``transform``,
-        ``sql``, ``ship_package`` and ``work_dir``.
+        ``sql``, ``ship_package``, ``work_dir``, ``conn_id``, ``deploy_mode`` and ``archives``.
     :param timestamp: a ``datetime`` (naive means UTC) or ISO-8601 string (templated); the latest
         commit at or before it is read.
     """

@@ -25,11 +25,9 @@ from airflow_provider_delta.job.connect import ConnectJob
 if TYPE_CHECKING:
     from airflow_provider_delta.job.spec import JobSpec
 
-# Operator attribute -> the parameter a DAG author sets.
-_SPARK_SUBMIT_ONLY = {
-    "ship_package": "ship_package", "py_files": "py_files", "files": "files",
-    "_archives": "archives", "jars": "jars", "packages": "packages", "env_vars": "env_vars",
-}
+# Operator parameters (public attributes of the same name) only spark-submit uses.
+_SPARK_SUBMIT_ONLY = ("ship_package", "py_files", "files", "archives", "jars", "packages",
+                      "env_vars")
 
 
 def connect_job(conn_id: str) -> ConnectJob | None:
@@ -50,8 +48,7 @@ def connect_job(conn_id: str) -> ConnectJob | None:
 
 def refuse_spark_submit_options(operator: Any, conn_id: str, spec: JobSpec) -> None:
     """Fail, naming the parameter, when the operator sets an option only spark-submit has."""
-    given = [name for attribute, name in _SPARK_SUBMIT_ONLY.items()
-             if getattr(operator, attribute, None)]
+    given = [name for name in _SPARK_SUBMIT_ONLY if getattr(operator, name, None)]
     if given:
         raise SparkConnectError(
             f"{spec.table_uri}: {operator.task_id} sets {', '.join(given)}, which only "

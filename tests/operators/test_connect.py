@@ -152,8 +152,9 @@ def test_what_connect_cannot_honour_is_refused_by_name(connect_server, monkeypat
     wrong = connect_connection(monkeypatch, connect_server.port, "spark_connect_wrong_token",
                                token="not-the-token")
     refusals = [
-        ({"conn_id": conn_id, "py_files": "deps.zip", "env_vars": {"A": "1"}},
-         "sets py_files, env_vars, which only spark-submit uses"),
+        ({"conn_id": conn_id, "py_files": "deps.zip", "archives": "env.tar.gz",
+          "env_vars": {"A": "1"}},
+         "sets py_files, archives, env_vars, which only spark-submit uses"),
         ({"conn_id": conn_id, "conf": {"spark.driver.memory": "2g"}},
          "conf 'spark.driver.memory' cannot be set on a Spark Connect session"),
         ({"conn_id": wrong}, f"connection {wrong!r} .* refused the client \\(UNAUTHENTICATED\\); "

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from airflow_provider_delta.operators import DeltaIncrementalOperator
 from airflow_provider_delta.operators.transport import SubmitTarget, resolve_submit_target
 
 
@@ -34,3 +35,14 @@ def test_what_each_target_means_for_the_driver():
     assert not cluster.local and not cluster.driver_runs_here
     for master in ("yarn", "k8s://https://api.example.com:6443"):
         assert SubmitTarget(master, "client").env_goes_on_command_line
+
+
+def test_the_operator_submits_to_its_own_conn_id_and_deploy_mode(monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_UNDER_TEST",
+                       json.dumps({"conn_type": "spark", "host": "yarn",
+                                   "extra": {"deploy-mode": "client"}}))
+    operator = DeltaIncrementalOperator(task_id="load", table_uri="/data/source",
+                                        target="/data/target", conn_id="spark_under_test",
+                                        deploy_mode="cluster")
+    assert (operator.conn_id, operator.deploy_mode) == ("spark_under_test", "cluster")
+    assert operator.submit_target == SubmitTarget("yarn", "cluster")
