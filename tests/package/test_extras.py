@@ -1,4 +1,5 @@
-"""The wheel in fresh virtualenvs: without extras the sensor and trigger run with no pyspark;
+"""The wheel in fresh virtualenvs: without extras Airflow loads the provider info without a
+warning and the sensor and trigger run with no pyspark;
 ``[spark]`` (full pyspark) and ``[connect]`` (pyspark-client only, no file in two
 distributions) install consistently and import the operators."""
 
@@ -48,7 +49,7 @@ def _assert_consistent(python: Path, shared_by: set[tuple[str, ...]] = frozenset
     assert {tuple(owners) for owners in shared.values()} == set(shared_by)
 
 
-def test_without_extras_sensor_and_trigger_run_and_operators_name_the_extras(venv_with, tmp_path):
+def test_without_extras_provider_loads_quietly_sensor_and_trigger_run_operators_name_extras(venv_with, tmp_path):
     python = venv_with("")
     table = str(tmp_path / "table")
     for rows in ([1, 2], [3]):
@@ -61,11 +62,13 @@ def test_without_extras_sensor_and_trigger_run_and_operators_name_the_extras(ven
     found = json.loads(_run(python, str(HERE / "sensor_without_spark.py"), table, env=env).stdout.splitlines()[-1])
 
     assert found["installed"] == {"pyspark": False, "airflow.providers.apache.spark": False}
+    assert found["provider_manager"] == {"warnings": [], "links": ["airflow_provider_delta.operators.links.SparkUILink"]}
     assert found["spark_modules_loaded"] == []
     assert (found["poke"]["start_version"], found["poke"]["end_version"], found["poke"]["mode"]) == (0, latest, "changes")
     assert (found["trigger"]["status"], found["trigger"]["start_version"], found["trigger"]["end_version"]) == ("success", 1, latest)
     _assert_consistent(python)
-    operators = _run(python, "-c", "import airflow_provider_delta.operators", check=False)
+    operators = _run(python, "-c", "from airflow_provider_delta.operators import DeltaIncrementalOperator",
+                     check=False)
     assert operators.returncode != 0
     assert "MissingSparkExtraError" in operators.stderr
     assert "'airflow-provider-delta[spark]'" in operators.stderr and "'airflow-provider-delta[connect]'" in operators.stderr
