@@ -150,8 +150,16 @@ class CommitTimes:
         return self.file_times[bisect.bisect_left(self.versions, version)] * 1000
 
     def last_at_or_before(self, wanted_us: int, earliest: int) -> int | None:
-        """Binary search over the listed versions >= ``earliest`` (times increase with versions)."""
+        """Binary search over the listed versions >= ``earliest`` (times increase with versions).
+
+        With in-commit timestamps enabled at version e, a time at or after e's is searched
+        among versions >= e only, an earlier one among versions < e only (Delta's rule): the
+        file times before e may be later than e's ICT, e.g. after the table was copied.
+        """
         candidates = [v for v in self.versions if v >= earliest]
+        if self.ict_from is not None and self.ict_from > candidates[0]:
+            in_ict_range = wanted_us >= self.micros(self.ict_from)
+            candidates = [v for v in candidates if (v >= self.ict_from) == in_ict_range]
         low, high = 0, len(candidates)
         while low < high:
             middle = (low + high) // 2

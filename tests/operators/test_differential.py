@@ -28,6 +28,7 @@ from airflow_provider_delta.job.merge_sink import DeltaMergeSink
 from airflow_provider_delta.job.sinks import DeltaAppendSink
 from airflow_provider_delta.job.spec import JobSpec
 from airflow_provider_delta.operators import DeltaIncrementalOperator, DeltaTimeTravelOperator
+from tests.spark.test_change_feed import _enable_in_commit_timestamps
 
 SEEDS = range(int(os.environ.get("DIFFERENTIAL_SEEDS", "1")))
 UTC = dt.timezone.utc
@@ -270,6 +271,56 @@ def test_time_travel_picks_the_last_commit_at_or_before_the_timestamp(tmp_path, 
                                            conn_id="no_spark_needed")
         assert operator.resolve_version() == max(v for v, t in enumerate(adjusted)
                                                   if t <= wanted), at
+
+
+def ict_version_at(wanted_ms: int, enabled_at: int, icts: dict[int, int],
+                   file_times: list[int]) -> int | None:
+    """Delta's rule on a table with in-commit timestamps from ``enabled_at``: a time at or
+    after the enablement commit's ICT is searched among the ICT commits only, an earlier one
+    among the commits before it by their file times (which may be later: a copied table)."""
+    if wanted_ms >= icts[enabled_at]:
+        found = [v for v, ict in icts.items() if ict <= wanted_ms]
+        return max(found) if wanted_ms <= max(icts.values()) else None
+    found = [v for v in range(enabled_at) if file_times[v] <= wanted_ms]
+    return max(found) if found else None
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("copied", [False, True], ids=["file-times-before", "copied-later"])
+def test_time_travel_on_in_commit_timestamp_tables(tmp_path, seed, copied):
+    """In-commit timestamps enabled mid-history; the older commits' file times are earlier
+    than the ICTs, or later (the table was copied, which resets file times)."""
+    chooser = random.Random(seed)
+    history = Source(tmp_path / "source", 400 + seed, changes=False)
+    for _ in range(6):  # appends only: a later metaData would drop the ICT properties below
+        history.append()
+    source = history.uri
+    enabled_at = chooser.randint(1, 4)
+    icts, at = {}, 1_700_000_000_000
+    for version in range(enabled_at, 6):
+        at += chooser.choice([1, 1000, 60_000])
+        icts[version] = at
+    _enable_in_commit_timestamps(source, enabled_at, icts)
+    base = 1_750_000_000 if copied else 1_690_000_000
+    for version in range(6):
+        stamp = base + chooser.choice([0, 1, 5]) * version
+        os.utime(Path(source, "_delta_log", f"{version:020d}.json"), (stamp, stamp))
+    file_times = [stamp * 1000 for stamp in
+                  (os.stat(Path(source, "_delta_log", f"{v:020d}.json")).st_mtime for v in range(6))]
+    for v in range(1, 6):  # Delta's rule: each raised to one ms past its predecessor
+        file_times[v] = max(file_times[v], file_times[v - 1] + 1)
+
+    for wanted in sorted({t + d for t in [*icts.values(), *file_times] for d in (-1, 0, 1)}):
+        expected = ict_version_at(wanted, enabled_at, icts, file_times)
+        at = dt.datetime.fromtimestamp(wanted / 1000, dt.timezone(dt.timedelta(hours=5, minutes=30)))
+        operator = DeltaTimeTravelOperator(task_id="travel", table_uri=source,
+                                           timestamp=at.isoformat(), target=str(tmp_path / "t"),
+                                           sink="delta", conn_id="no_spark_needed")
+        if expected is None:
+            with pytest.raises(DeltaProviderError, match="timestamp"):
+                operator.resolve_version()
+        else:
+            assert operator.resolve_version() == expected, at
 
 
 @pytest.mark.parametrize("column", ["_change_type", "_commit_version", "_Commit_Timestamp"])
