@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import DeltaTable, write_deltalake
+from deltalake import DeltaTable, Schema, write_deltalake
 from deltalake.exceptions import DeltaError
 from deltalake.transaction import CommitProperties
 
@@ -50,38 +50,67 @@ class DeltaMergeSink(DeltaAppendSink):
     def __init__(self, spec: SinkSpec):
         super().__init__(spec)
         self.keys = list(spec.merge_keys)
+        self._target: DeltaTable | None = None
+
+    def _table(self) -> DeltaTable | None:
+        """The target, opened once and then brought up to date on each call (reading only the
+        commits since): every check, and the txn check before the merge, sees its latest
+        version, as a fresh open would, at a fraction of the cost."""
+        if self._target is None:
+            self._target = super()._table()
+        else:
+            self._target.update_incremental()
+        return self._target
 
     def check(self, df: DataFrame) -> None:
-        missing_feed = [c for c in FEED_COLUMNS if c not in df.columns]
+        self._check_feed_columns(df.columns)
+        super().check(df.drop(*FEED_COLUMNS))
+
+    def check_changes(self, rows: pa.Table) -> None:
+        """:meth:`check` for a feed read on the driver (an Arrow table)."""
+        self._check_feed_columns(rows.column_names)
+        self.check_schema(Schema.from_arrow(rows.select(_data_columns(rows.column_names)).schema))
+
+    def _check_feed_columns(self, columns: list[str]) -> None:
+        missing_feed = [c for c in FEED_COLUMNS if c not in columns]
         if missing_feed:
             raise MergeInputError(self.uri, f"the rows lack the change feed columns "
                                   f"{missing_feed}; load with change_feed=True")
-        missing = [k for k in self.keys if k not in df.columns]
+        missing = [k for k in self.keys if k not in columns]
         if missing:
             raise MergeInputError(self.uri, f"merge_keys {missing} are not columns of the rows "
-                                  f"(they have {_data_columns(df)}); fix merge_keys")
-        super().check(df.drop(*FEED_COLUMNS))
+                                  f"(they have {_data_columns(columns)}); fix merge_keys")
 
     def write(self, df: DataFrame | None, start_version: int, end_version: int) -> SinkWrite:
-        changes = self._last_changes(df)
+        # The MERGE takes its source on the driver anyway: one Spark job collects the batch.
+        rows = df.select(*[f"`{c}`" for c in _data_columns(df.columns)], CHANGE_TYPE,
+                         COMMIT_VERSION).toArrow()
+        return self.write_changes(rows, start_version, end_version)
+
+    def write_changes(self, rows: pa.Table, start_version: int, end_version: int) -> SinkWrite:
+        """Apply a batch's feed (data columns, ``_change_type``, ``_commit_version``)."""
+        changes = self._last_changes(rows)
         table = self._table()
         if table is None:
             table = self._create(changes, start_version, end_version)
-            if table is None or self._committed_by_another_run(table, start_version, end_version):
+            if table is None:
                 return SinkWrite(rows=changes.num_rows, sink_version=self._table().version())
+        if self._committed_by_another_run(table, start_version, end_version):
+            log.warning("%s: another run merged source versions %s..%s (target version %s) "
+                        "since this one looked; not merging them again", self.uri,
+                        start_version, end_version, table.version())
+            return SinkWrite(rows=0, sink_version=table.version())
         self._merge(table, changes, self.batch_commit_properties(start_version, end_version))
         log.info("merged %d key change(s) into %s with txn %s=%s", changes.num_rows, self.uri,
                  self.spec.app_id, end_version)
-        return SinkWrite(rows=changes.num_rows, sink_version=self._table().version())
+        return SinkWrite(rows=changes.num_rows, sink_version=table.version())
 
-    def _last_changes(self, df: DataFrame) -> pa.Table:
+    def _last_changes(self, rows: pa.Table) -> pa.Table:
         """Each key's last change: data columns and the merge operation.
 
-        The batch is collected once (the MERGE takes its source on the driver anyway) and
-        reduced with Arrow: a sort and a comparison with the previous row, no Spark shuffle.
+        Reduced with Arrow: a sort and a comparison with the previous row, no Spark shuffle.
         """
-        rows = df.select(*[f"`{c}`" for c in _data_columns(df)], CHANGE_TYPE,
-                         COMMIT_VERSION).toArrow()
+        data = _data_columns(rows.column_names)
         order = pc.index_in(rows[CHANGE_TYPE], value_set=pa.array(list(_ORDER_IN_COMMIT)))
         rows = rows.append_column(_ORDER, order)
         self._refuse_bad_keys(rows)
@@ -90,7 +119,7 @@ class DeltaMergeSink(DeltaAppendSink):
         latest_first = rows.take(pc.sort_indices(rows, sort_keys=sort_keys))
         last = latest_first.filter(_first_of_each_key(latest_first, self.keys))
         operation = pc.if_else(pc.greater_equal(last[_ORDER], _FIRST_NEW_IMAGE), _UPSERT, _DELETE)
-        return last.select(_data_columns(df)).append_column(_OPERATION, operation)
+        return last.select(data).append_column(_OPERATION, operation)
 
     def _refuse_bad_keys(self, rows: pa.Table) -> None:
         if any(rows[k].null_count for k in self.keys):
@@ -158,5 +187,5 @@ def _first_of_each_key(rows: pa.Table, keys: list[str]) -> pa.Array:
                              pc.fill_null(reduce(pc.or_, changed), True).combine_chunks()])
 
 
-def _data_columns(df: DataFrame) -> list[str]:
-    return [c for c in df.columns if c not in FEED_COLUMNS]
+def _data_columns(columns: list[str]) -> list[str]:
+    return [c for c in columns if c not in FEED_COLUMNS]

@@ -200,13 +200,18 @@ class DeltaAppendSink(Sink):
                 self.uri, f"column(s) {variants} hold VARIANT values, which this sink cannot "
                 "commit; turn them into strings with to_json(...) in the sql or transform, or "
                 "use sink='delta-spark' where the cluster has the Delta jars")
-        missing = [c for c in self.spec.partition_by if c not in df.columns]
+        self.check_schema(_delta_schema(df))
+
+    def check_schema(self, rows: Schema) -> None:
+        """Compare the rows' names and types (a Delta schema) with the target's, if it exists."""
+        names = [f.name for f in rows.fields]
+        missing = [c for c in self.spec.partition_by if c not in names]
         if missing:
             raise SinkSchemaMismatchError(self.uri, f"partition columns {missing} not in the rows")
         table = self._table()
         if table is None:
             return
-        self._new_columns(table, df)
+        self._new_columns(table, rows)
         existing = tuple(table.metadata().partition_columns)
         if self.spec.partition_by and tuple(self.spec.partition_by) != existing:
             raise SinkSchemaMismatchError(
@@ -214,13 +219,12 @@ class DeltaAppendSink(Sink):
                 f"partition_by asks for {list(self.spec.partition_by)}"
             )
 
-    def _new_columns(self, table: DeltaTable, df: DataFrame) -> list[Field]:
+    def _new_columns(self, table: DeltaTable, rows: Schema) -> list[Field]:
         """Columns of the rows that the target lacks, when ``mergeSchema`` lets them in.
 
         Columns match by name, as Delta reads them; any other difference is refused.
         """
         wanted = dict(_field_types(table.schema()))
-        rows = Schema.from_arrow(_arrow_schema(df))
         got = dict(_field_types(rows))
         added = [f for f in rows.fields if f.name not in wanted]
         differs = any(got.get(name) != kind for name, kind in wanted.items())
@@ -242,7 +246,7 @@ class DeltaAppendSink(Sink):
         """Evolve the target before staging: a run killed after this commit finds the columns
         in place and appends its rows, so the rows still land once."""
         table = self._table()
-        added = [] if table is None else self._new_columns(table, df)
+        added = [] if table is None else self._new_columns(table, _delta_schema(df))
         if added:
             table.alter.add_columns(added)
             log.info("%s: added column(s) %s (mergeSchema)", self.uri, [f.name for f in added])
@@ -471,6 +475,10 @@ def _arrow_schema(df: DataFrame) -> pa.Schema:
     from pyspark.sql.pandas.types import to_arrow_schema
 
     return to_arrow_schema(df.schema, timezone="UTC")
+
+
+def _delta_schema(df: DataFrame) -> Schema:
+    return Schema.from_arrow(_arrow_schema(df))
 
 
 def _holds_variant(kind: Any) -> bool:

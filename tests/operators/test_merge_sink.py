@@ -125,3 +125,20 @@ def test_two_first_runs_creating_the_target_at_once_write_each_row_once(spark, t
     run_twice_at_once(lambda: _RacingMergeSink(spec).write(feed, 0, 0))
 
     assert delta_rows(target) == delta_rows(source)
+
+
+def test_a_late_run_does_not_merge_a_batch_another_run_merged_since(spark, tmp_path):
+    """Two runs of one task overlap: the late one looked before the other merged versions 0
+    and 1; merging its stale batch 0 again would bring back the old name of key 1."""
+    source, target = str(tmp_path / "source"), str(tmp_path / "target")
+    _source(source, [1, 2], ["a", "b"])
+    DeltaTable(source).update(updates={"name": "'a2'"}, predicate="id = 1")
+    late = DeltaMergeSink(_job(source, target).sink)
+    late.check_target(source)  # the late run looks at the target: not created yet
+
+    run_job(spark, _job(source, target, 0, 1, max_files=1))
+    version = DeltaTable(target).version()
+    late.write(read_change_feed(spark, source, 0, 0), 0, 0)
+
+    assert delta_rows(target) == delta_rows(source)
+    assert DeltaTable(target).version() == version
