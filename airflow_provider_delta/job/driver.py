@@ -18,13 +18,16 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
+
 from airflow_provider_delta.core import (
     ChangeFeedPlan, commit_timestamp, plan_change_feed, plan_changes, plan_snapshot,
     split_batches, split_feed,
 )
 from airflow_provider_delta.core.model import Plan
 from airflow_provider_delta.errors import InvalidParameterError
-from airflow_provider_delta.job.merge_sink import FEED_COLUMNS
+from airflow_provider_delta.job.arrow_feed import read_feed_on_driver
+from airflow_provider_delta.job.merge_sink import FEED_COLUMNS, DeltaMergeSink
 from airflow_provider_delta.job.sinks import Sink, make_sink
 from airflow_provider_delta.job.spec import BatchResult, JobResult, JobSpec
 from airflow_provider_delta.job.storage import with_storage_options_from
@@ -103,18 +106,33 @@ def _run_batch(spark: SparkSession, spec: JobSpec, sink: Sink, batch: Plan | Cha
                covered_from: int | None) -> BatchResult:
     """Read, transform and write one batch; its commit records ``covered_from`` (a snapshot
     covers versions from 0) or the batch's own first version."""
-    df = _read_batch(spark, spec, batch)
-    context = {**spec.context, "table_uri": spec.table_uri,
-               "start_version": batch.start_version, "end_version": batch.end_version}
-    out = transform(spark, df, spec, context)
-    if out is not None:
-        sink.check(out)
     first = batch.start_version if covered_from is None else covered_from
-    written = sink.write(out, first, batch.end_version)
+    changes = _feed_on_driver(spec, sink, batch)
+    if changes is not None:
+        sink.check_changes(changes)
+        written = sink.write_changes(changes, first, batch.end_version)
+    else:
+        df = _read_batch(spark, spec, batch)
+        context = {**spec.context, "table_uri": spec.table_uri,
+                   "start_version": batch.start_version, "end_version": batch.end_version}
+        out = transform(spark, df, spec, context)
+        if out is not None:
+            sink.check(out)
+        written = sink.write(out, first, batch.end_version)
     return BatchResult(
         start_version=batch.start_version, end_version=batch.end_version, files=len(batch),
         bytes=batch.total_bytes, rows=written.rows, sink_version=written.sink_version,
     )
+
+
+def _feed_on_driver(spec: JobSpec, sink: Sink, batch: Plan | ChangeFeedPlan) -> pa.Table | None:
+    """A merge batch's feed read without Spark, where the sink takes it as read (no transform
+    or sql) and the batch is one the Arrow reader reads exactly; None: read it with Spark."""
+    if not (isinstance(sink, DeltaMergeSink) and isinstance(batch, ChangeFeedPlan)
+            and not (spec.transform or spec.sql)):
+        return None
+    _refuse_feed_column_clash(spec, batch)
+    return read_feed_on_driver(batch, storage_options=spec.storage_options)
 
 
 def _read_batch(spark: SparkSession, spec: JobSpec, batch: Plan | ChangeFeedPlan) -> DataFrame:

@@ -51,16 +51,32 @@ class DeltaMergeSink(DeltaAppendSink):
         super().__init__(spec)
         self.keys = list(spec.merge_keys)
         self._target: DeltaTable | None = None
+        self._resume_looked_up_at: int | None = None  # target version first_unwritten read
 
     def _table(self) -> DeltaTable | None:
-        """The target, opened once and then brought up to date on each call (reading only the
-        commits since): every check, and the txn check before the merge, sees its latest
-        version, as a fresh open would, at a fraction of the cost."""
+        """The target, opened once per job (checks of its id and schema need no newer
+        version; the txn check before each merge brings it up to date)."""
         if self._target is None:
             self._target = super()._table()
-        else:
-            self._target.update_incremental()
         return self._target
+
+    def _latest_table(self) -> DeltaTable | None:
+        """The target at its latest version, reading only the commits since the last look."""
+        if self._target is not None:
+            self._target.update_incremental()
+        return self._table()
+
+    def first_unwritten(self, start: int, end: int | None) -> int:
+        table = self._latest_table()
+        self._resume_looked_up_at = None if table is None else table.version()
+        return self._first_unwritten_in(table, start, end)
+
+    def _committed_by_another_run(self, table: DeltaTable, start: int, end: int) -> bool:
+        # Nothing was committed since first_unwritten read the log: the driver plans only
+        # batches after what it found, so no other run can have merged this one.
+        if table.version() == self._resume_looked_up_at:
+            return False
+        return super()._committed_by_another_run(table, start, end)
 
     def check(self, df: DataFrame) -> None:
         self._check_feed_columns(df.columns)
@@ -90,7 +106,7 @@ class DeltaMergeSink(DeltaAppendSink):
     def write_changes(self, rows: pa.Table, start_version: int, end_version: int) -> SinkWrite:
         """Apply a batch's feed (data columns, ``_change_type``, ``_commit_version``)."""
         changes = self._last_changes(rows)
-        table = self._table()
+        table = self._latest_table()
         if table is None:
             table = self._create(changes, start_version, end_version)
             if table is None:
