@@ -26,10 +26,10 @@ from deltalake import Schema
 from airflow_provider_delta.core.change_feed import DELETE, INSERT, ChangeFeedPlan
 from airflow_provider_delta.core.model import PlannedFile
 from airflow_provider_delta.errors import MissingDataFileError
+from airflow_provider_delta.job.merge_sink import CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION
 from airflow_provider_delta.storage import read_range
 
 MAX_BYTES = 256 * 2**20
-CHANGE_TYPE, COMMIT_VERSION, COMMIT_TIMESTAMP = "_change_type", "_commit_version", "_commit_timestamp"
 _FEED_FIELDS = (pa.field(CHANGE_TYPE, pa.string()), pa.field(COMMIT_VERSION, pa.int64()),
                 pa.field(COMMIT_TIMESTAMP, pa.timestamp("us", tz="UTC")))
 _SPARK_LEGACY_CALENDAR_KEYS = (b"org.apache.spark.legacyDateTime", b"org.apache.spark.legacyINT96")
