@@ -46,9 +46,9 @@ def read_feed_on_driver(feed: ChangeFeedPlan, *, storage_options: dict[str, str]
     ``_commit_version``, ``_commit_timestamp``), or None where Spark must read it."""
     if not _plain(feed):
         return None
-    schema = pa.schema([*_data_schema(feed), *_FEED_FIELDS])
     pieces = []
     try:
+        schema = pa.schema([*_data_schema(feed), *_FEED_FIELDS])
         for commit in feed.commits:
             stamp = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(
                 milliseconds=commit.timestamp_ms)
@@ -83,7 +83,10 @@ def _holds_variant(delta_type: Any) -> bool:
 
 def _data_schema(feed: ChangeFeedPlan) -> pa.Schema:
     """The feed schema's data columns as Arrow types (deltalake's mapping), all nullable."""
-    arrow = pa.schema(Schema.from_json(json.dumps(dict(feed.metadata.schema))).to_arrow())
+    try:
+        arrow = pa.schema(Schema.from_json(json.dumps(dict(feed.metadata.schema))).to_arrow())
+    except ValueError:  # a type deltalake does not map: Spark's reader says what is wrong
+        raise _NeedsSpark from None
     return pa.schema([field.with_nullable(True) for field in arrow])
 
 

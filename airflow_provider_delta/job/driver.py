@@ -132,7 +132,10 @@ def _feed_on_driver(spec: JobSpec, sink: Sink, batch: Plan | ChangeFeedPlan) -> 
             and not (spec.transform or spec.sql)):
         return None
     _refuse_feed_column_clash(spec, batch)
-    return read_feed_on_driver(batch, storage_options=spec.storage_options)
+    changes = read_feed_on_driver(batch, storage_options=spec.storage_options)
+    log.info("versions %d..%d: the feed is read %s", batch.start_version, batch.end_version,
+             "on the driver with Arrow" if changes is not None else "with Spark")
+    return changes
 
 
 def _read_batch(spark: SparkSession, spec: JobSpec, batch: Plan | ChangeFeedPlan) -> DataFrame:
