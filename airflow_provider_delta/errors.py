@@ -294,3 +294,26 @@ class MissingSparkExtraError(DeltaProviderError, ImportError):
             "local Spark, with the full pyspark) or 'airflow-provider-delta[connect]' (Spark "
             "Connect only, with pyspark-client); the sensor, trigger and hook need neither."
         )
+
+
+class SinkWriterOverlapError(SinkRangeOverlapError):
+    """A requested source range overlaps what another task (another appId) committed to the
+    same target from the same source table: loading it would duplicate rows."""
+
+    def __init__(self, target_uri: str, source_uri: str, start: int, end: int | None,
+                 committed: list[tuple[int, int, str, int]]):
+        shown = ", ".join(f"{first}..{last} by appId {app_id} (target version {version})"
+                          for first, last, app_id, version in committed)
+        after = max(last for _, last, _, _ in committed) + 1
+        requested = f"{start}..{'latest' if end is None else end}"
+        DeltaProviderError.__init__(
+            self,
+            f"{target_uri}: source versions {requested} of {source_uri} overlap what another "
+            f"task committed there ({shown}); nothing was written, as loading them again would "
+            f"duplicate rows. Load a range outside them (e.g. start_version={after}, or move "
+            "this task's watermark past them), write to a new target, or set "
+            "allow_overlapping_writers=True on every task writing this target if each writes "
+            "different rows (e.g. filtered subsets).",
+            table_uri=target_uri, version=start,
+        )
+        self.committed = [(first, last) for first, last, _, _ in committed]

@@ -40,6 +40,7 @@ from airflow_provider_delta.errors import (
     SinkRangeOverlapError,
     SinkSchemaMismatchError,
     SinkTargetError,
+    SinkWriterOverlapError,
 )
 from airflow_provider_delta.job.spec import SinkSpec
 from airflow_provider_delta.storage import (
@@ -171,11 +172,29 @@ class DeltaAppendSink(Sink):
     def _first_unwritten_in(self, table: DeltaTable | None, start: int, end: int | None) -> int:
         if table is None:
             return start
-        committed = [(first, last) for first, last, _ in _app_commits(table, self.spec.app_id)]
-        if not committed:
+        commits = _provider_commits(table)
+        committed = [(c.first, c.last) for c in commits if c.app_id == self.spec.app_id]
+        if committed:
+            resume = resume_after(self.uri, start, end, committed)
+        else:
             txn = _txn_version(table, self.spec)
-            return start if txn is None else max(start, txn + 1)
-        return resume_after(self.uri, start, end, committed)
+            resume = start if txn is None else max(start, txn + 1)
+        if end is None or resume <= end:
+            self._refuse_other_writers(commits, resume, end)
+        return resume
+
+    def _refuse_other_writers(self, commits: list[ProviderCommit], start: int,
+                              end: int | None) -> None:
+        """Another appId (a backfill task, another DAG) that committed versions of the same
+        source in ``start..end`` holds rows this write would add a second time."""
+        if self.spec.allow_overlapping_writers or not self.spec.source:
+            return
+        last = end if end is not None else float("inf")
+        others = sorted((c.first, c.last, c.app_id, c.target_version) for c in commits
+                        if c.source == self.spec.source and c.app_id != self.spec.app_id
+                        and c.last >= start and c.first <= last)
+        if others:
+            raise SinkWriterOverlapError(self.uri, self.spec.source, start, end, others)
 
     def check_target(self, source_uri: str) -> None:
         """Not the source's location, not a file, not a folder of files of another kind."""
@@ -347,7 +366,8 @@ class DeltaAppendSink(Sink):
             max_commit_retries=retries,
             app_transactions=[Transaction(self.spec.app_id, end_version)],
             custom_metadata={SOURCE_VERSIONS_KEY: f"{start_version}..{end_version}",
-                             APP_ID_KEY: self.spec.app_id},
+                             APP_ID_KEY: self.spec.app_id,
+                             **({SOURCE_KEY: self.spec.source} if self.spec.source else {})},
         )
 
     def _write_with_delta_spark(self, df: DataFrame, end_version: int) -> SinkWrite:
@@ -371,6 +391,7 @@ def make_sink(spec: SinkSpec) -> Sink:
 SOURCE_AS_TARGET_FIX = "Give a target path other than the source table's."
 SOURCE_VERSIONS_KEY = "airflow_provider_delta.source_versions"
 APP_ID_KEY = "airflow_provider_delta.app_id"
+SOURCE_KEY = "airflow_provider_delta.source"
 COMMIT_ATTEMPTS = 10
 
 
@@ -381,14 +402,25 @@ def _txn_version(table: DeltaTable, spec: SinkSpec) -> int | None:
     return version
 
 
-def _app_commits(table: DeltaTable, app_id: str) -> list[tuple[int, int, int]]:
-    """(first source version, last source version, target version) of each commit of
-    ``app_id`` still in the target's log history."""
+@dataclass(frozen=True)
+class ProviderCommit:
+    """A commit this provider made to the target: who (appId), from where, which versions."""
+
+    app_id: str | None
+    source: str | None  # None: committed before sources were recorded
+    first: int
+    last: int
+    target_version: int
+
+
+def _provider_commits(table: DeltaTable) -> list[ProviderCommit]:
+    """The commits of this provider still in the target's log history."""
     commits = []
     for info in table.history():
-        if info.get(APP_ID_KEY) == app_id and SOURCE_VERSIONS_KEY in info:
+        if SOURCE_VERSIONS_KEY in info:
             first, _, last = info[SOURCE_VERSIONS_KEY].partition("..")
-            commits.append((int(first), int(last), info["version"]))
+            commits.append(ProviderCommit(info.get(APP_ID_KEY), info.get(SOURCE_KEY),
+                                          int(first), int(last), info["version"]))
     return commits
 
 

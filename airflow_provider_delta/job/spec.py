@@ -37,6 +37,10 @@ class SinkSpec:
     use_delta_spark: bool = False  # write with format("delta") (needs the Delta jars)
     storage_options: dict[str, str] | None = None
     merge_keys: tuple[str, ...] = ()  # the key columns of a delta-merge sink
+    # The source's normalised location, recorded in each commit: another appId's commits of
+    # the same source that overlap a request are refused unless overlapping writers are allowed.
+    source: str | None = None
+    allow_overlapping_writers: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in SINK_KINDS:

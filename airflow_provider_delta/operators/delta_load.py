@@ -126,6 +126,7 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
         conn_id: str = "spark_default",
         deploy_mode: str | None = None,
         archives: str | None = None,
+        allow_overlapping_writers: bool = False,
         **kwargs: Any,
     ):
         where = {"task_id": kwargs.get("task_id"), "table_uri": table_uri}
@@ -164,6 +165,7 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
         self.storage_options = storage_options
         self.ship_package = ship_package
         self.work_dir = work_dir
+        self.allow_overlapping_writers = allow_overlapping_writers
 
     def check_rendered(self) -> None:
         """Check the templated parameters again on their rendered values, at task start."""
@@ -196,17 +198,17 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
         kinds = {"delta": "delta", "delta-spark": "delta", "delta-merge": "delta-merge"}
         kind = kinds.get(self.sink, "format")
         map_index = _map_index()
-        target = normalised_location(self.target)
+        target, source = normalised_location(self.target), normalised_location(self.table_uri)
         return SinkSpec(
             kind=kind, path=self.target, format=self.sink if kind == "format" else "parquet",
             merge_keys=self.merge_keys,
             partition_by=self.partition_by, options=self.sink_options,
-            app_id=stable_app_id(self.dag_id, self.task_id, target,
-                                 normalised_location(self.table_uri), map_index),
+            app_id=stable_app_id(self.dag_id, self.task_id, target, source, map_index),
             legacy_app_id=(stable_app_id(self.dag_id, self.task_id, to_uri(self.target))
                            if map_index == -1 else None),
             use_delta_spark=self.sink == "delta-spark",
             storage_options=self.source_storage_options,
+            source=source, allow_overlapping_writers=self.allow_overlapping_writers,
         )
 
     def job_spec(self, context: Context, request: LoadRequest) -> JobSpec:
@@ -513,6 +515,11 @@ class DeltaIncrementalOperator(_DeltaSparkJobOperator):
     :param deploy_mode: ``client`` or ``cluster``; wins over the connection's extra
         ``deploy-mode``.
     :param archives: archives for spark-submit's ``--archives`` (not with Spark Connect).
+    :param allow_overlapping_writers: let this task write source versions that another task
+        (a backfill, another DAG) already committed from the same source into the same Delta
+        target; only for tasks that each write different rows (e.g. filtered subsets). By
+        default such an overlap is refused with
+        :class:`~airflow_provider_delta.errors.SinkWriterOverlapError`: it would duplicate rows.
     Every other keyword goes to :class:`SparkSubmitOperator` (``conf``, ``executor_memory``, ...).
     """
 
@@ -681,7 +688,8 @@ class DeltaTimeTravelOperator(_DeltaSparkJobOperator):
     :param version: the table version (templated).
     :param delta_conn_id: as in :class:`DeltaIncrementalOperator`; so are ``storage_options``,
         ``target``, ``sink``, ``partition_by``, ``sink_options``, ``merge_keys``, ``transform``,
-        ``sql``, ``ship_package``, ``work_dir``, ``conn_id``, ``deploy_mode`` and ``archives``.
+        ``sql``, ``ship_package``, ``work_dir``, ``conn_id``, ``deploy_mode``, ``archives``
+        and ``allow_overlapping_writers``.
     :param timestamp: a ``datetime`` (naive means UTC) or ISO-8601 string (templated); the latest
         commit at or before it is read.
     """

@@ -10,7 +10,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 from deltalake.transaction import CommitProperties, Transaction
 
-from airflow_provider_delta.errors import SinkRangeOverlapError
+from airflow_provider_delta.errors import SinkRangeOverlapError, SinkWriterOverlapError
 from airflow_provider_delta.job.driver import run_job
 from airflow_provider_delta.job.sinks import STAGING_FOLDER, DeltaAppendSink
 from airflow_provider_delta.job.spec import JobSpec
@@ -128,3 +128,48 @@ def test_two_concurrent_runs_commit_a_batch_once(spark, tmp_path, first_run):
     staged = [folder for folder in (tmp_path / "target" / STAGING_FOLDER).glob(f"{2:020d}-*")
               if any(path.is_file() for path in folder.rglob("*"))]
     assert len(staged) == 1
+
+
+def _other_task_spec(source, target, start, end) -> JobSpec:
+    """The spec a second task (its own appId), e.g. a backfill DAG, submits into ``target``."""
+    sink = DeltaIncrementalOperator(task_id="backfill", table_uri=source, target=target,
+                                    conn_id="no_spark_needed").sink_spec()
+    return JobSpec(table_uri=source, mode="changes", sink=sink, start_version=start,
+                   end_version=end)
+
+
+def test_another_task_loading_versions_the_target_holds_is_refused(spark, tmp_path):
+    source, target = _source(tmp_path / "source", 6), str(tmp_path / "target")
+    run_job(spark, _spec(source, target, 0, 3))  # the incremental task
+
+    with pytest.raises(SinkWriterOverlapError) as error:
+        run_job(spark, _other_task_spec(source, target, 2, 4))
+    message = str(error.value)
+    assert "2..4" in message and "0..3" in message and source in message
+    assert "start_version=4" in message and "allow_overlapping_writers" in message
+    # The operator refuses it before any Spark job (no Spark connection exists here).
+    backfill = DeltaIncrementalOperator(task_id="backfill", table_uri=source, target=target,
+                                        conn_id="no_spark_needed", start_version=1, end_version=1)
+    with pytest.raises(SinkWriterOverlapError):
+        backfill.execute({"run_id": "r"})
+    assert DeltaTable(target).version() == 0
+
+    run_job(spark, _other_task_spec(source, target, 4, 4))  # beside it: loaded
+    with pytest.raises(SinkWriterOverlapError, match="4..4"):  # and the first task now stops
+        run_job(spark, _spec(source, target, 4, 5))
+    run_job(spark, _spec(source, target, 5, 5))
+
+    assert delta_rows(target) == _added(source, 0, 5)
+
+
+def test_overlapping_writers_are_allowed_when_asked(spark, tmp_path):
+    source, target = _source(tmp_path / "source", 2), str(tmp_path / "target")
+    run_job(spark, _spec(source, target, 0, 1, sql="select * from changes where id % 2 = 0"))
+    sink = DeltaIncrementalOperator(task_id="odd_ids", table_uri=source, target=target,
+                                    conn_id="no_spark_needed",
+                                    allow_overlapping_writers=True).sink_spec()
+
+    run_job(spark, JobSpec(table_uri=source, mode="changes", sink=sink, start_version=0,
+                           end_version=1, sql="select * from changes where id % 2 = 1"))
+
+    assert delta_rows(target) == delta_rows(source)
