@@ -359,7 +359,7 @@ def resolve_load_start(
     initial: Initial,
     table_uri: str,
     reset_if_ahead: bool = False,
-    sink_version: Callable[[], int | None] | None = None,
+    sink_held_through: Callable[[int | None], int | None] | None = None,
     latest_for_initial: Callable[[int], int] | None = None,
 ) -> LoadStart:
     """The start-version policy of the sensor, the trigger and the operator, in this order:
@@ -369,9 +369,13 @@ def resolve_load_start(
        the snapshot at ``latest``, then its changes; ``"latest"`` the changes after
        ``latest`` (``latest_for_initial(latest)``: a sensor keeps the version of its first
        poke); ``"earliest"`` the changes from version 0; an int the changes from there.
-    3. A snapshot when the sink already holds this task's txn at version ``c``
-       (``sink_version()``: a first run committed, then died before storing its watermark)
-       becomes the changes from ``c + 1``: the snapshot's rows are in already.
+    3. Unless the sink already holds what ``initial`` would load first (a run committed, then
+       died before storing its watermark, or the watermark was lost or cleared since):
+       ``sink_held_through(first)`` is the last version this task's commits hold without a
+       hole from ``first`` (``None``: from its first commit). A snapshot (``first`` = 0) and
+       ``"latest"`` (from the first commit: the latest version of the first run is not known
+       any more) go on with the changes after it. ``"earliest"`` and an int need nothing
+       here: the sink resumes after its commits from their start itself.
 
     A watermark above ``latest`` or written for another table id (dropped and recreated, or
     replaced) raises :class:`WatermarkError`, unless ``reset_if_ahead`` drops it (step 2).
@@ -381,21 +385,40 @@ def resolve_load_start(
                                     reset_if_ahead=reset_if_ahead)
     if watermark is not None:
         return LoadStart("changes", watermark + 1)
+    if initial in ("snapshot", "latest") and sink_held_through is not None:
+        held = sink_held_through(0 if initial == "snapshot" else None)
+        if held is not None:
+            return _after_sink(held, latest=latest, table_uri=table_uri)
     if initial == "snapshot":
-        return continue_after_sink(LoadStart("snapshot", latest),
-                                   sink_version() if sink_version else None)
+        return LoadStart("snapshot", latest)
     if initial == "latest":
         return LoadStart("changes", (latest_for_initial or int)(latest) + 1)
     return LoadStart("changes", 0 if initial == "earliest" else initial)
 
 
-def continue_after_sink(start: LoadStart, sink_version: int | None) -> LoadStart:
-    """A snapshot whose rows the sink holds already (txn ``sink_version``) goes on with changes."""
-    if start.mode == "snapshot" and sink_version is not None:
+def continue_after_sink(start: LoadStart, held: int | None) -> LoadStart:
+    """A snapshot whose rows the sink holds already (this task's commits up to ``held``, from
+    version 0) goes on with the changes after them."""
+    if start.mode == "snapshot" and held is not None:
         log.info("The sink holds the source up to version %d already; loading the changes "
-                 "after it instead of a new snapshot", sink_version)
-        return LoadStart("changes", sink_version + 1)
+                 "after it instead of a new snapshot", held)
+        return LoadStart("changes", held + 1)
     return start
+
+
+def _after_sink(held: int, *, latest: int, table_uri: str) -> LoadStart:
+    """Without a watermark, the changes after what the sink holds (``held``)."""
+    if held > latest:
+        raise WatermarkError(
+            f"{table_uri}: there is no watermark, and the sink holds this task's load of "
+            f"version {held}, but the table's latest version is {latest}; the table was "
+            "probably recreated or replaced. Write to a new target, or give an explicit "
+            "start_version, after checking the table.",
+            table_uri=table_uri, version=held,
+        )
+    log.info("No watermark, but the sink holds the source up to version %d already (this "
+             "task's commits); loading the changes after it", held)
+    return LoadStart("changes", held + 1)
 
 
 def _watermark_in_force(

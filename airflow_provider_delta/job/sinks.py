@@ -79,6 +79,11 @@ class Sink(ABC):
         """The last source version the target holds for this job, None if unknown or none."""
         return None
 
+    def held_through(self, first: int | None) -> int | None:
+        """The last source version this job holds contiguously from ``first`` (None: from its
+        first write); None if it holds none. Here, without ranges to tell: the last one."""
+        return self.committed_version()
+
     def check(self, df: DataFrame) -> None:  # noqa: B027 - optional hook
         """Refuse rows that cannot be written, before anything is written."""
 
@@ -160,6 +165,18 @@ class DeltaAppendSink(Sink):
         this provider used for the same DAG, task and target."""
         table = self._table()
         return None if table is None else _txn_version(table, self.spec)
+
+    def held_through(self, first: int | None) -> int | None:
+        """The end of this app's commits that tile the source versions from ``first`` (None:
+        from its first commit) without a hole: a txn alone cannot tell whether a backfill of
+        this task left versions before it out."""
+        table = self._table()
+        if table is None:
+            return None
+        own = [(c.first, c.last) for c in _provider_commits(table) if c.app_id == self.spec.app_id]
+        if not own:  # written by older versions, or the commits' history was cleaned up
+            return _txn_version(table, self.spec)
+        return contiguous_end(own, min(own)[0] if first is None else first)
 
     def first_unwritten(self, start: int, end: int | None) -> int:
         """Resume after this app's commits that tile ``start..``; refuse any other overlap.
@@ -441,6 +458,16 @@ def resume_after(target_uri: str, start: int, end: int | None,
             raise SinkRangeOverlapError(target_uri, start, end, overlapping)
         resume = final + 1
     return resume
+
+
+def contiguous_end(ranges: list[tuple[int, int]], first: int) -> int | None:
+    """The last version of ``ranges`` that, together, cover ``first..`` without a hole."""
+    covered_to = first - 1
+    for start, end in sorted(ranges):
+        if start > covered_to + 1:
+            break
+        covered_to = max(covered_to, end)
+    return covered_to if covered_to >= first else None
 
 
 def normalised_location(path_or_uri: str) -> str:

@@ -632,7 +632,7 @@ class DeltaIncrementalOperator(_DeltaSparkJobOperator):
         found = self._sensor_range(context)
         if found:
             start = LoadStart(found.get("mode", "changes"), int(found["start_version"]))
-            return _request(continue_after_sink(start, self._sink_version()),
+            return _request(continue_after_sink(start, self._sink_held_through(0)),
                             int(found["end_version"]), moves)
         return self._from_watermark(context, moves)
 
@@ -657,7 +657,7 @@ class DeltaIncrementalOperator(_DeltaSparkJobOperator):
         start = resolve_load_start(
             stored, table_id=self.probe.table_id, latest=latest, initial=self.initial,
             table_uri=self.table_uri, reset_if_ahead=self.reset_if_ahead,
-            sink_version=self._sink_version,
+            sink_held_through=self._sink_held_through,
         )
         if start.mode == "snapshot" or start.version <= latest:
             return _request(start, latest, moves)
@@ -668,9 +668,9 @@ class DeltaIncrementalOperator(_DeltaSparkJobOperator):
             self.advance_watermark(context, latest)
         return None
 
-    def _sink_version(self) -> int | None:
-        """The last source version the sink holds for this task (its txn), if any."""
-        return make_sink(self.sink_spec()).committed_version()
+    def _sink_held_through(self, first: int | None) -> int | None:
+        """The last source version the sink holds for this task without a hole from ``first``."""
+        return make_sink(self.sink_spec()).held_through(first)
 
     def _latest(self) -> int:
         return core.latest_version(self.table_uri, storage_options=self.source_storage_options)

@@ -46,21 +46,31 @@ def test_start_version_rules(watermark, initial, expected):
     assert start(watermark, initial=initial) == expected
 
 
-@pytest.mark.parametrize(("sink_version", "initial", "expected"), [
+@pytest.mark.parametrize(("held", "initial", "expected"), [
     (6, "snapshot", LoadStart("changes", 7)),  # the snapshot at 6 was committed: go on after it
     (9, "snapshot", LoadStart("changes", 10)),
     (None, "snapshot", LoadStart("snapshot", 9)),
+    (6, "latest", LoadStart("changes", 7)),  # a lost watermark: not after `latest` again
+    (None, "latest", LoadStart("changes", 10)),
     (6, "earliest", LoadStart("changes", 0)),  # changes: the sink skips its versions itself
 ])
-def test_the_sinks_txn_replaces_a_second_snapshot(sink_version, initial, expected):
-    assert start(initial=initial, sink_version=lambda: sink_version) == expected
+def test_what_the_sink_holds_replaces_a_second_start_from_initial(held, initial, expected):
+    asked = []
+    found = start(initial=initial, sink_held_through=lambda first: asked.append(first) or held)
+    assert found == expected
+    assert asked == {"snapshot": [0], "latest": [None]}.get(initial, [])
 
 
-def test_the_sinks_txn_is_not_asked_when_a_watermark_decides():
-    def unreachable():
+def test_a_sink_holding_more_than_the_table_has_is_an_error():
+    with pytest.raises(WatermarkError, match="holds this task's load of version 12.*recreated"):
+        start(initial="latest", sink_held_through=lambda first: 12)
+
+
+def test_the_sink_is_not_asked_when_a_watermark_decides():
+    def unreachable(first):
         raise AssertionError("the sink was asked")
 
-    assert start(4, sink_version=unreachable) == LoadStart("changes", 5)
+    assert start(4, sink_held_through=unreachable) == LoadStart("changes", 5)
 
 
 def test_initial_latest_uses_the_version_it_is_given():

@@ -11,6 +11,7 @@ from deltalake import DeltaTable
 from airflow_provider_delta.operators import DeltaIncrementalOperator
 
 from .conftest import (
+    SPARK_CONF,
     append_rows,
     delta_rows,
     forget_watermark,
@@ -123,6 +124,60 @@ def test_first_snapshot_committed_then_crash_retry_loads_only_the_changes_after_
     assert (result["mode"], result["start_version"], result["end_version"]) == ("changes", 2, 3)
     assert delta_rows(target) == delta_rows(source)
     assert watermark("wm_first_crash") == {source: recorded(source, 3)}
+
+
+def test_lost_watermark_with_initial_latest_continues_after_the_sinks_txn(
+    spark_local_conn, run_dag, xcom_value, task_states, tmp_path
+):
+    """initial="latest" started the pipeline, a later run committed versions 1..1; then the
+    watermark is lost (its Variable deleted, its runs cleared). The next run must load what
+    came since the sink's txn, not start after the latest version again."""
+    source, target = str(tmp_path / "source"), str(tmp_path / "target")
+    append_rows(source, [0, 1])
+    forget_watermark("wm_lost")
+    dag = _dag({"conn_id": spark_local_conn, "conf": SPARK_CONF}, source, target,
+               initial="latest", watermark_key="wm_lost", transform=None)
+    assert xcom_value(run_dag(dag), "load")["batches"] == []  # records version 0
+    append_rows(source, [2, 3])
+    assert xcom_value(run_dag(dag), "load")["end_version"] == 1
+
+    forget_watermark("wm_lost")
+    append_rows(source, [4])
+    run = run_dag(dag)
+
+    assert task_states(run) == {"load": "success"}
+    result = xcom_value(run, "load")
+    assert (result["mode"], result["start_version"], result["end_version"]) == ("changes", 2, 2)
+    assert delta_rows(target) == delta_rows(source) - delta_rows(source, 0)
+    assert watermark("wm_lost") == {source: recorded(source, 2)}
+
+
+def test_first_watermark_run_after_a_backfill_of_the_same_task_is_refused_not_skipped(
+    spark_local_conn, run_dag, task_states, tmp_path
+):
+    """The task backfilled versions 2..3 (an explicit range: no watermark). Its first run from
+    the watermark (none yet: initial="snapshot") must not take the backfill's txn for the
+    snapshot's: versions 0..1 would never be loaded. It is refused instead."""
+    source, target = str(tmp_path / "source"), str(tmp_path / "target")
+    for ids in ([0], [1], [2], [3]):
+        append_rows(source, ids)
+    forget_watermark("wm_backfilled")
+
+    def load(**explicit):
+        with DAG("backfilled_load", schedule=None) as dag:
+            DeltaIncrementalOperator(task_id="load", table_uri=source, target=target,
+                                     watermark_store="variable", watermark_key="wm_backfilled",
+                                     conn_id=spark_local_conn, conf=SPARK_CONF, **explicit)
+        return dag
+
+    assert task_states(run_dag(load(start_version=2, end_version=3))) == {"load": "success"}
+    backfilled = delta_rows(target)
+    assert backfilled == delta_rows(source) - delta_rows(source, 1)
+
+    run = run_dag(load())
+
+    assert task_states(run) == {"load": "failed"}
+    assert delta_rows(target) == backfilled and watermark("wm_backfilled") is None
 
 
 def _app_id(source, target):
