@@ -30,7 +30,7 @@ from airflow_provider_delta.job.arrow_feed import read_feed_on_driver
 from airflow_provider_delta.job.merge_sink import FEED_COLUMNS, DeltaMergeSink
 from airflow_provider_delta.job.sinks import Sink, make_sink
 from airflow_provider_delta.job.spec import BatchResult, JobResult, JobSpec
-from airflow_provider_delta.job.storage import with_storage_options_from
+from airflow_provider_delta.job.storage import spark_conf_from, with_credentials_from
 from airflow_provider_delta.spark import read_plan
 from airflow_provider_delta.spark.change_feed import read_feed, snapshot_as_inserts
 from airflow_provider_delta.storage import read_text, write_text
@@ -196,8 +196,11 @@ def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     spec_uri, result_uri = argv
-    spec = with_storage_options_from(os.environ, JobSpec.from_json(read_text(spec_uri)))
-    spark = SparkSession.builder.appName(f"delta-load {spec.table_uri}").getOrCreate()
+    spec = with_credentials_from(os.environ, JobSpec.from_json(read_text(spec_uri)))
+    builder = SparkSession.builder.appName(f"delta-load {spec.table_uri}")
+    for key, value in spark_conf_from(os.environ).items():  # kept off the command line
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
     configure_session(spark)
     try:
         result = run_job(spark, spec)

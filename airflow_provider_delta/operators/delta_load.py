@@ -51,7 +51,12 @@ from airflow_provider_delta.job import driver
 from airflow_provider_delta.job.connect import ConnectJob
 from airflow_provider_delta.job.sinks import make_sink, normalised_location
 from airflow_provider_delta.job.spec import JobResult, JobSpec, SinkSpec, stable_app_id
-from airflow_provider_delta.job.storage import storage_options_env, without_storage_options
+from airflow_provider_delta.job.storage import (
+    credential_entries,
+    credentials_env,
+    without_credential_entries,
+    without_credentials,
+)
 from airflow_provider_delta.operators import parameters
 from airflow_provider_delta.operators.links import SparkUILink
 from airflow_provider_delta.operators.transport import (
@@ -166,6 +171,22 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
         self.ship_package = ship_package
         self.work_dir = work_dir
         self.allow_overlapping_writers = allow_overlapping_writers
+
+    def render_template_fields(self, context: Context, jinja_env: Any = None) -> None:
+        """Render, then mask the credentials among the rendered options before Airflow stores
+        the rendered fields or anything is logged."""
+        super().render_template_fields(context, jinja_env)
+        self.mask_credentials()
+
+    def mask_credentials(self) -> None:
+        """Register the credentials of ``conf``, ``sink_options`` and ``storage_options`` with
+        Airflow's secrets masker (those of ``delta_conn_id`` are masked by the hook)."""
+        from airflow.sdk.log import mask_secret
+
+        for options in (self.conf, self.sink_options, self.storage_options):
+            if isinstance(options, dict):
+                for key, value in credential_entries(options).items():
+                    mask_secret(value)  # a name Airflow does not know would skip it
 
     def check_rendered(self) -> None:
         """Check the templated parameters again on their rendered values, at task start."""
@@ -324,18 +345,20 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
         return f"{to_uri(self.work_dir)}/{re.sub(r'[^A-Za-z0-9_.-]', '_', name)}"
 
     def _run_driver(self, context: Context, spec: JobSpec) -> JobResult:
-        write_text(f"{self._job_dir}/spec.json", without_storage_options(spec).to_json())
+        write_text(f"{self._job_dir}/spec.json", without_credentials(spec).to_json())
         self.application_args = [f"{self._job_dir}/spec.json", f"{self._job_dir}/result.json"]
         if self.ship_package:
             self.py_files = ",".join(filter(None, [self.py_files,
                                                    _package_zip(self._scratch_dir)]))
-        submitted_env = self.env_vars
-        # Set for this submission only: the credentials never reach a rendered field.
+        submitted_env, submitted_conf = self.env_vars, self.conf
+        # Set for this submission only: the credentials never reach a rendered field, and
+        # those of conf go through the environment, not the command line.
         self.env_vars = self._driver_env(spec)
+        self.conf = without_credential_entries(self.conf)
         try:
             super().execute(context)
         finally:
-            self.env_vars = submitted_env
+            self.env_vars, self.conf = submitted_env, submitted_conf
         return self._log_done(JobResult.from_json(
             read_text(f"{self._result_dir(context)}/result.json")))
 
@@ -397,12 +420,15 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
             env = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
                    **env}
         if target.driver_runs_here and not target.env_goes_on_command_line:
-            env.update(storage_options_env(spec))
-        elif spec.storage_options or spec.sink.storage_options:
-            self.log.warning("%s: the storage options are not sent to a driver on %s (only its "
+            env.update(credentials_env(spec, self.conf))
+        elif (spec.storage_options or spec.sink.storage_options
+              or credential_entries(spec.sink.options) or credential_entries(self.conf)):
+            self.log.warning("%s: the storage options and the credentials in conf and "
+                             "sink_options (%s) are not sent to a driver on %s (only its "
                              "command line could carry them); give the cluster its own "
                              "credentials for the table and the target", self.table_uri,
-                             target.master)
+                             sorted({**credential_entries(spec.sink.options),
+                                     **credential_entries(self.conf)}), target.master)
         return env or None
 
     def finish(self, context: Context, result: JobResult) -> dict[str, Any]:

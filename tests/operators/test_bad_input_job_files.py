@@ -18,9 +18,10 @@ from airflow.sdk import DAG
 from deltalake import DeltaTable
 
 from airflow_provider_delta.operators import DeltaIncrementalOperator, DeltaTimeTravelOperator
+from airflow_provider_delta.operators.delta_load import LoadRequest
 
 from .conftest import SPARK_CONF, append_rows, delta_rows, driver_env
-from .transforms import JOB_FILES_LOG_ENV, STARTED_MARKER_ENV
+from .transforms import CREDENTIAL_CONF, JOB_FILES_LOG_ENV, STARTED_MARKER_ENV
 
 pytestmark = pytest.mark.slow
 
@@ -118,6 +119,7 @@ def _recording_failure(failures: list, call, *args) -> None:
 
 
 SECRET = "moto-secret-key-98765"  # the shared S3 fixture's secret key
+SINK_SECRET = "sink-option-secret-13579"
 
 
 @pytest.fixture
@@ -167,6 +169,39 @@ def test_credentials_reach_the_driver_only_through_its_environment(
     assert SECRET not in str(_xcoms(run)) + str(_rendered(load))
 
 
+def test_credentials_in_conf_and_sink_options_stay_out_of_command_line_files_logs_and_ui(
+        spark_local_conn, recorded_command_lines, run_dag, private_tmp, tmp_path, capfd, caplog,
+        monkeypatch):
+    """A storage key in ``conf`` (whose name Spark's and Airflow's redaction do not know) and
+    one in ``sink_options`` (a Hadoop option of the writer) reach the driver, and nowhere else."""
+    log = tmp_path / "job_files.jsonl"
+    monkeypatch.setenv(JOB_FILES_LOG_ENV, str(log))
+    source, target = str(tmp_path / "source"), str(tmp_path / "copy")
+    append_rows(source, [0, 1])
+    with DAG("credentials_in_options", schedule=None) as dag:
+        DeltaIncrementalOperator(
+            task_id="load", table_uri=source, target=target, sink="parquet",
+            sink_options={"fs.azure.account.key.lake.dfs.core.windows.net": SINK_SECRET},
+            conn_id=spark_local_conn, conf={**SPARK_CONF, CREDENTIAL_CONF: SECRET},
+            env_vars=driver_env(), transform="operators.transforms:record_job_files",
+            watermark_store="variable", watermark_key="wm_credentials_in_options")
+
+    run = run_dag(dag)
+
+    (load,) = run.get_task_instances()
+    assert load.state == "success"
+    (seen,) = [json.loads(line) for line in log.read_text().splitlines()]
+    assert seen["credential_conf_length"] == len(SECRET)  # the driver's Spark has the key
+    logs = "".join(capfd.readouterr()) + caplog.text
+    for secret in (SECRET, SINK_SECRET):
+        assert secret not in seen["spec_text"]
+        assert secret not in logs
+        assert secret not in recorded_command_lines.read_text()
+        assert secret not in str(_xcoms(run)) + str(_rendered(load))
+    log.unlink()
+    assert not [path for path in _files_under(tmp_path) if SECRET.encode() in path.read_bytes()]
+
+
 def test_credentials_stay_off_a_yarn_command_line(recorded_command_lines, s3_options,
                                                   monkeypatch, private_tmp, tmp_path, request):
     """The Spark provider puts env_vars on the command line for YARN: none are sent there."""
@@ -205,3 +240,22 @@ def _rendered(task_instance) -> dict:
     from airflow.models.renderedtifields import RenderedTaskInstanceFields
 
     return RenderedTaskInstanceFields.get_templated_fields(task_instance)
+
+
+def test_the_driver_gets_back_every_credential_kept_out_of_the_spec(tmp_path):
+    from airflow_provider_delta.job.storage import (
+        credentials_env, spark_conf_from, with_credentials_from, without_credentials)
+
+    load = DeltaIncrementalOperator(
+        task_id="load", table_uri=str(tmp_path / "source"), target=str(tmp_path / "copy"),
+        sink="parquet", sink_options={"compression": "zstd", "fs.s3a.secret.key": SINK_SECRET},
+        storage_options={"AWS_SECRET_ACCESS_KEY": SECRET}, conn_id="no_spark_needed")
+    spec = load.job_spec({"run_id": "r"}, LoadRequest("changes", 0, 1, True))
+    conf = {"spark.executor.memory": "1g", CREDENTIAL_CONF: SECRET}
+
+    written = without_credentials(spec).to_json()
+    environ = credentials_env(spec, conf)
+
+    assert SECRET not in written and SINK_SECRET not in written and "zstd" in written
+    assert with_credentials_from(environ, type(spec).from_json(written)) == spec
+    assert spark_conf_from(environ) == {CREDENTIAL_CONF: SECRET}

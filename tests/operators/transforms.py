@@ -98,16 +98,24 @@ def _state(pid):
 JOB_FILES_LOG_ENV = "DELTA_TEST_JOB_FILES_LOG"
 
 
+# A Spark conf key that holds a credential (Spark's own redaction would not hide its value).
+CREDENTIAL_CONF = "spark.hadoop.fs.azure.account.key.lake.dfs.core.windows.net"
+
+
 def record_job_files(spark, df, context):
-    """Record, while the job runs, its spec path (the driver's first argument) and the
-    permission bits of the spec and its folder, one JSON line in ``$DELTA_TEST_JOB_FILES_LOG``."""
+    """Record, while the job runs, its spec path (the driver's first argument), the permission
+    bits of the spec and its folder, the spec's text, and the length of the ``CREDENTIAL_CONF``
+    the driver's Spark got, one JSON line in ``$DELTA_TEST_JOB_FILES_LOG``."""
     import json
     import os
     import sys
 
     spec = sys.argv[1].removeprefix("file://")
+    with open(spec) as text:
+        spec_text = text.read()
     seen = {"spec": spec, "spec_mode": os.stat(spec).st_mode & 0o777,
-            "folder_mode": os.stat(os.path.dirname(spec)).st_mode & 0o777}
+            "folder_mode": os.stat(os.path.dirname(spec)).st_mode & 0o777, "spec_text": spec_text,
+            "credential_conf_length": len(spark.sparkContext.getConf().get(CREDENTIAL_CONF, ""))}
     with open(os.environ[JOB_FILES_LOG_ENV], "a") as out:
         out.write(json.dumps(seen) + "\n")
     return df
