@@ -471,7 +471,9 @@ class DeltaIncrementalOperator(_DeltaSparkJobOperator):
     this operator share one policy for this
     (:func:`~airflow_provider_delta.watermarks.resolve_load_start`); a sensor's
     ``mode="snapshot"`` range is loaded as that snapshot. Mapped, each task instance keeps
-    its own XCom watermark and reads the sensor's XCom of its own map index.
+    its own XCom watermark and reads the sensor's XCom of its own map index. Without an
+    explicit range the task defaults to ``max_active_tis_per_dag=1``: two runs at once would
+    read the same watermark and load the same range.
 
     Rows go through ``transform`` (``"module:function"`` called as ``f(spark, df, context)``)
     or ``sql`` (over the temp view ``changes``), then into the sink: ``"delta"`` appends to the
@@ -575,6 +577,10 @@ class DeltaIncrementalOperator(_DeltaSparkJobOperator):
         change_feed: bool = False,
         **kwargs: Any,
     ):
+        if start_version is None and end_version is None:
+            # Two tries at once would read one watermark and load the same range (Variables
+            # have no compare-and-set): the scheduler runs them one after the other.
+            kwargs.setdefault("max_active_tis_per_dag", 1)
         super().__init__(table_uri=table_uri, **kwargs)
         validate_store_kind(watermark_store, self.task_id)
         if self.sink == "delta-merge" and not change_feed:

@@ -180,6 +180,27 @@ def test_first_watermark_run_after_a_backfill_of_the_same_task_is_refused_not_sk
     assert delta_rows(target) == backfilled and watermark("wm_backfilled") is None
 
 
+def test_loads_from_the_watermark_run_one_at_a_time_by_default(register_dag, tmp_path):
+    """Two runs of one DAG at once (max_active_runs > 1, a manual run beside a scheduled one)
+    would read the same watermark and load the same range; Variables have no compare-and-set.
+    The scheduler, which reads the serialized DAG, starts such a load only when no other try
+    of it runs."""
+    from airflow.models.serialized_dag import SerializedDagModel
+
+    source, target = str(tmp_path / "source"), str(tmp_path / "target")
+    with DAG("one_load_at_a_time", schedule=None, max_active_runs=3) as dag:
+        for task_id, extra in (("load", {}), ("backfill", {"start_version": 0}),
+                               ("own_limit", {"max_active_tis_per_dag": 3})):
+            DeltaIncrementalOperator(task_id=task_id, table_uri=source, target=f"{target}_{task_id}",
+                                     conn_id="no_spark_needed", **extra)
+    register_dag(dag)
+
+    stored = SerializedDagModel.get_dag("one_load_at_a_time")
+
+    assert {task.task_id: task.max_active_tis_per_dag for task in stored.tasks} == {
+        "load": 1, "backfill": None, "own_limit": 3}
+
+
 def _app_id(source, target):
     from airflow_provider_delta.job.sinks import normalised_location
     from airflow_provider_delta.job.spec import stable_app_id
