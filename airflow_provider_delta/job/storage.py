@@ -20,13 +20,15 @@ CREDENTIALS_ENV = "AIRFLOW_PROVIDER_DELTA_CREDENTIALS"
 # Spark's own spark.redaction.regex, plus the names object stores give their keys
 # (fs.azure.account.key.*, fs.s3a.access.key, aws_secret_access_key, sas tokens, key files).
 _CREDENTIAL_KEY = re.compile(
-    r"secret|password|passwd|token|credential|private|(^|[._-])(key|keyfile|sas)([._-]|$)",
+    r"secret|password|passwd|token|private[._-]?key|(^|[._-])(key|keyfile|sas)([._-]|$)",
     re.IGNORECASE)
+# Settings that name how credentials are found (a class, a kind), not a credential.
+_CREDENTIAL_SETTING = re.compile(r"[._-](provider|type|class|impl)$", re.IGNORECASE)
 
 
 def is_credential_key(key: str) -> bool:
     """Whether an option or conf named ``key`` holds a credential."""
-    return bool(_CREDENTIAL_KEY.search(key))
+    return bool(_CREDENTIAL_KEY.search(key)) and not _CREDENTIAL_SETTING.search(key)
 
 
 def credential_entries(options: Mapping[str, Any] | None) -> dict[str, str]:

@@ -259,3 +259,24 @@ def test_the_driver_gets_back_every_credential_kept_out_of_the_spec(tmp_path):
     assert SECRET not in written and SINK_SECRET not in written and "zstd" in written
     assert with_credentials_from(environ, type(spec).from_json(written)) == spec
     assert spark_conf_from(environ) == {CREDENTIAL_CONF: SECRET}
+
+
+@pytest.mark.parametrize(("key", "holds_a_credential"), [
+    (CREDENTIAL_CONF, True),
+    ("spark.hadoop.fs.s3a.secret.key", True),
+    ("spark.hadoop.fs.s3a.access.key", True),
+    ("spark.hadoop.fs.s3a.session.token", True),
+    ("spark.ssl.keyPassword", True),
+    ("spark.hadoop.google.cloud.auth.service.account.json.keyfile", True),
+    ("AZURE_STORAGE_SAS_KEY", True),
+    ("spark.hadoop.fs.s3a.aws.credentials.provider", False),  # a class name
+    ("spark.hadoop.fs.azure.sas.token.provider.type", False),
+    ("spark.ssl.keyStore", False),
+    ("spark.driver.extraJavaOptions", False),
+    ("spark.sql.shuffle.partitions", False),
+    ("mergeSchema", False),
+])
+def test_credential_keys_are_told_from_settings(key, holds_a_credential):
+    from airflow_provider_delta.job.storage import is_credential_key
+
+    assert is_credential_key(key) is holds_a_credential
