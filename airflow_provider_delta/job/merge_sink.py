@@ -85,7 +85,7 @@ class DeltaMergeSink(DeltaAppendSink):
     def check_changes(self, rows: pa.Table) -> None:
         """:meth:`check` for a feed read on the driver (an Arrow table)."""
         self._check_feed_columns(rows.column_names)
-        self.check_schema(Schema.from_arrow(rows.select(_data_columns(rows.column_names)).schema))
+        self.check_schema(_data_schema(rows))
 
     def _check_feed_columns(self, columns: list[str]) -> None:
         missing_feed = [c for c in FEED_COLUMNS if c not in columns]
@@ -106,6 +106,7 @@ class DeltaMergeSink(DeltaAppendSink):
     def write_changes(self, rows: pa.Table, start_version: int, end_version: int) -> SinkWrite:
         """Apply a batch's feed (data columns, ``_change_type``, ``_commit_version``)."""
         changes = self._last_changes(rows)
+        self._add_new_columns(_data_schema(rows))  # MERGE would drop their values
         table = self._latest_table()
         if table is None:
             table = self._create(changes, start_version, end_version)
@@ -201,6 +202,10 @@ def _first_of_each_key(rows: pa.Table, keys: list[str]) -> pa.Array:
     changed = [pc.not_equal(rows[k].slice(1), rows[k].slice(0, rows.num_rows - 1)) for k in keys]
     return pa.concat_arrays([pa.array([True]),
                              pc.fill_null(reduce(pc.or_, changed), True).combine_chunks()])
+
+
+def _data_schema(rows: pa.Table) -> Schema:
+    return Schema.from_arrow(rows.select(_data_columns(rows.column_names)).schema)
 
 
 def _data_columns(columns: list[str]) -> list[str]:

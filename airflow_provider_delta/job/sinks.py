@@ -278,11 +278,11 @@ class DeltaAppendSink(Sink):
     def _merge_schema(self) -> bool:
         return str(self.spec.options.get(MERGE_SCHEMA_OPTION, "false")).lower() == "true"
 
-    def _add_new_columns(self, df: DataFrame) -> None:
+    def _add_new_columns(self, rows: Schema) -> None:
         """Evolve the target before staging: a run killed after this commit finds the columns
         in place and appends its rows, so the rows still land once."""
         table = self._table()
-        added = [] if table is None else self._new_columns(table, _delta_schema(df))
+        added = [] if table is None else self._new_columns(table, rows)
         if added:
             table.alter.add_columns(added)
             log.info("%s: added column(s) %s (mergeSchema)", self.uri, [f.name for f in added])
@@ -296,7 +296,7 @@ class DeltaAppendSink(Sink):
     def write(self, df: DataFrame | None, start_version: int, end_version: int) -> SinkWrite:
         if self.spec.use_delta_spark:
             return self._write_with_delta_spark(df, end_version)
-        self._add_new_columns(df)
+        self._add_new_columns(_delta_schema(df))
         partition_by = self._partition_by()
         staging = f"{STAGING_FOLDER}/{end_version:020d}-{uuid.uuid4().hex}"
         log.info("writing batch %s..%s to %s/%s", start_version, end_version, self.uri, staging)

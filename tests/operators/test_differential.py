@@ -122,12 +122,14 @@ def columns_of(uri: str) -> list[str]:
     return sorted(DeltaTable(uri).schema().to_arrow().names)
 
 
-def spec_of(source: str, target: str, start: int, end: int | None, **options) -> JobSpec:
-    """The job spec the operator submits for versions ``start..end`` (or a snapshot)."""
+def spec_of(source: str, target: str, start: int, end: int | None, keys=("id",),
+            **options) -> JobSpec:
+    """The job spec the operator submits for versions ``start..end`` (or a snapshot); a change
+    feed goes to a merge sink on ``keys``."""
     sink_kind = "delta-merge" if options.get("change_feed") else "delta"
     operator = DeltaIncrementalOperator(
         task_id="load", table_uri=source, target=target, conn_id="no_spark_needed",
-        sink=sink_kind, merge_keys=["id"] if sink_kind == "delta-merge" else (),
+        sink=sink_kind, merge_keys=list(keys) if sink_kind == "delta-merge" else (),
         change_feed=bool(options.get("change_feed")),
         sink_options={"mergeSchema": "true"})
     if start is None:
@@ -353,3 +355,21 @@ def test_a_merge_batch_that_changes_no_target_row_is_recorded(spark, tmp_path):
     assert DeltaTable(target).transaction_version(spec.sink.app_id) == 2
     assert run_job(spark, spec).batches == ()
     assert rows(target, ["id"]) == rows(source, ["id"])
+
+
+def test_a_merge_batch_adds_the_columns_the_source_gained(spark, tmp_path):
+    """With mergeSchema the merge sink adds a new source column to the target, as the append
+    sink does, rather than MERGE silently dropping its values."""
+    source, target = str(tmp_path / "source"), str(tmp_path / "target")
+    write_deltalake(source, pa.table({"id": [1, 2]}),
+                    configuration={"delta.enableChangeDataFeed": "true"})
+    run_job(spark, spec_of(source, target, None, 0, change_feed=True))
+    write_deltalake(source, pa.table({"id": [3], "added": ["new"]}), mode="append",
+                    schema_mode="merge")
+    DeltaTable(source).update({"added": "'updated'"}, predicate="id = 1")
+
+    run_job(spark, spec_of(source, target, 1, 2, change_feed=True))
+
+    assert columns_of(target) == columns_of(source)
+    assert rows(target, ["id", "added"]) == Counter({(1, "updated"): 1, (2, None): 1,
+                                                     (3, "new"): 1})
