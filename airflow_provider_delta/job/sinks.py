@@ -125,12 +125,21 @@ class FormatSink(Sink):
         refuse_source_as_target(source_uri, self.spec.path)
 
     def committed_version(self) -> int | None:
-        ends = [
-            int(meta["path"].split("/")[0].split("-")[-1])
-            for meta in list_files(self.spec.path, "", self.spec.storage_options)
-            if meta["path"].startswith("source_versions=") and meta["path"].endswith("/_SUCCESS")
-        ]
-        return max(ends, default=None)
+        return max((last for _, last in self._published_ranges()), default=None)
+
+    def first_unwritten(self, start: int, end: int | None) -> int:
+        """Resume after the published batches that tile ``start..``; refuse any other overlap
+        (a batch beyond a gap is not the end of everything loaded)."""
+        return resume_after(to_uri(self.spec.path), start, end, self._published_ranges())
+
+    def _published_ranges(self) -> list[tuple[int, int]]:
+        """The source ranges of the batch folders Spark published (with ``_SUCCESS``)."""
+        ranges = []
+        for meta in list_files(self.spec.path, "", self.spec.storage_options):
+            if meta["path"].startswith("source_versions=") and meta["path"].endswith("/_SUCCESS"):
+                first, _, last = meta["path"].split("/")[0].partition("=")[2].partition("-")
+                ranges.append((int(first), int(last)))
+        return ranges
 
     def write(self, df: DataFrame | None, start_version: int, end_version: int) -> SinkWrite:
         folder = f"source_versions={start_version}-{end_version}"

@@ -173,3 +173,24 @@ def test_overlapping_writers_are_allowed_when_asked(spark, tmp_path):
                            end_version=1, sql="select * from changes where id % 2 = 1"))
 
     assert delta_rows(target) == delta_rows(source)
+
+
+def test_format_sink_loads_the_gap_a_backfill_left_instead_of_skipping_it(spark, tmp_path):
+    """A Parquet target: the watermark is at 1, a backfill wrote 4..5 ahead of it. The next load
+    from the watermark (2..5) must not take 5 for the end of everything loaded."""
+    source, target = _source(tmp_path / "source", 6), str(tmp_path / "target")
+    parquet = {"sink": "parquet"}
+    sink = _operator(source, target, **parquet).sink_spec()
+    run_job(spark, JobSpec(table_uri=source, mode="changes", sink=sink, start_version=0,
+                           end_version=1))
+    run_job(spark, JobSpec(table_uri=source, mode="changes", sink=sink, start_version=4,
+                           end_version=5))
+
+    with pytest.raises(SinkRangeOverlapError, match="4..5"):
+        run_job(spark, JobSpec(table_uri=source, mode="changes", sink=sink, start_version=2,
+                               end_version=5))
+    run_job(spark, JobSpec(table_uri=source, mode="changes", sink=sink, start_version=2,
+                           end_version=3))
+
+    written = spark.read.parquet(f"{target}/source_versions=*").toArrow()
+    assert Counter(zip(*[written[c].to_pylist() for c in ("id", "name")])) == delta_rows(source)
