@@ -14,6 +14,9 @@ weighs on all alike:
 - ``changes``: our ``plan_changes`` over the appends against pyarrow's C++ JSON reader
   parsing the same commit files. deltalake has no call listing the files a version range
   added; reading the range's commits into Arrow is the floor any planner pays for it.
+- ``first``: our ``plan_snapshot`` as the first thing a fresh process does, against the same
+  plan in a process that imported pandas beforehand: what the first plan of a sensor poke or
+  driver pays for imports pyarrow makes on its behalf (ratio 1 when it pays nothing).
 
 Run: ``.venv/bin/python benchmarks/bench_plan.py [--files 1000000] [--repeat 3]``.
 The log is generated once per size under ``--workdir`` and reused.
@@ -48,7 +51,8 @@ SCHEMA = {"type": "struct", "fields": [
     {"name": "bucket", "type": "integer", "nullable": True, "metadata": {}},
 ]}
 CASES = {"snapshot": ("plan_snapshot", "deltalake get_add_actions"),
-         "changes": ("plan_changes", "pyarrow JSON read of the commits")}
+         "changes": ("plan_changes", "pyarrow JSON read of the commits"),
+         "first": ("plan_snapshot", "plan_snapshot after importing pandas")}
 
 
 # -- the synthetic log -------------------------------------------------------------------
@@ -186,7 +190,12 @@ def _placeholder(type_: pa.DataType, length: int) -> pa.Array:
 
 def run_case(case: str, side: int, table: str, last_append: int) -> dict:
     """Plan in this (fresh) process; wall time of the call and the process's peak RSS."""
-    if side == 0:
+    if case == "first":
+        from airflow_provider_delta.core import plan_snapshot
+        if side == 1:
+            import pandas  # noqa: F401
+        action = lambda: len(plan_snapshot(table))  # noqa: E731
+    elif side == 0:
         from airflow_provider_delta.core import plan_changes, plan_snapshot
         action = ((lambda: len(plan_snapshot(table))) if case == "snapshot"
                   else (lambda: len(plan_changes(table, 1, last_append))))
@@ -219,7 +228,7 @@ def main() -> None:
                         help="files the appends add (default: files/10, at most 100,000)")
     parser.add_argument("--commits", type=int, default=300)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--cases", default="snapshot,changes")
+    parser.add_argument("--cases", default="snapshot,changes,first")
     parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "bench_plan"))
     parser.add_argument("--build", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--case", help=argparse.SUPPRESS)

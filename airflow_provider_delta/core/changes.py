@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -12,12 +13,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_delta.core.actions import table_metadata
-from airflow_provider_delta.core.file_table import empty_raw_actions, file_table, raw_actions
+from airflow_provider_delta.core.arrow import to_numpy
+from airflow_provider_delta.core.file_table import file_table
 from airflow_provider_delta.core.model import Plan, TableMetadata
 from airflow_provider_delta.core.protocol import check_additive, check_protocol
 from airflow_provider_delta.core.replay import (
-    LogState, SplitCommit, earliest_recreatable, line_adds, raise_unreadable, read_commits,
-    replay,
+    FileActions, LogState, SplitCommit, earliest_recreatable, raise_unreadable,
+    read_commits, replay,
 )
 from airflow_provider_delta.core.storage import TableLocation
 from airflow_provider_delta.core.versions import newest_version
@@ -56,11 +58,11 @@ def plan_changes(table_uri: str, start_version: int, end_version: int | None = N
     rules = _ChangeRules(table_uri, ignore_deletes, ignore_changes, skip_change_commits)
     metadata = table_metadata(state.metadata, state.protocol)
     protocol = state.protocol
-    adds: list[pa.Table] = []  # of commits with many add lines
-    dict_adds: list[tuple[int, bool, dict[str, Any]]] = []  # of the others, built at the end
+    adds = FileActions(location)
+    adds.note(metadata)
     changes = {start_version: metadata}
     for version, commit in _range_commits(location, state, start_version, end_version,
-                                          split=True):
+                                          split=("add",)):
         if commit is None:
             raise_unreadable(location, end_version, version, from_checkpoint=True)
         if version > start_version:
@@ -68,17 +70,13 @@ def plan_changes(table_uri: str, start_version: int, end_version: int | None = N
                                                       protocol, metadata)
             if metadata is not changes[max(changes)]:
                 changes[version] = metadata
-        on_lines = _data_change_line_adds(location, version, commit, metadata)
-        written_otherwise = [(version, True, a["add"]) for a in commit.actions
-                             if "add" in a and a["add"].get("dataChange", True)]
-        if rules.keep_commit(version, commit.actions, bool(len(on_lines) or written_otherwise)):
-            adds.append(on_lines)
-            dict_adds.extend(written_otherwise)
+                adds.note(metadata)
+        if rules.keep_commit(version, commit.actions, lambda: _adds_data(commit.text)):
+            adds.extend(version, commit.text)
         if (version - start_version + 1) % _PROGRESS_EVERY == 0:
-            log.info("%s: planned versions %d..%d, %d files so far", table_uri, start_version,
-                     version, sum(map(len, adds)) + len(dict_adds))
-    raw = pa.concat_tables([*adds, raw_actions(dict_adds)])
-    raw = raw.take(pc.sort_indices(raw, [("version", "ascending")]))  # stable: log order
+            log.info("%s: read versions %d..%d", table_uri, start_version, version)
+    raw = adds.table()
+    raw = raw.filter(pc.and_(raw.column("is_add"), raw.column("data_change")))
     log.info("%s: planned versions %d..%d: %d files", table_uri, start_version, end_version,
              len(raw))
     files = file_table(raw, location, changes, metadata)
@@ -138,22 +136,28 @@ def _first(actions: list[dict[str, Any]], name: str) -> dict[str, Any] | None:
 
 
 def _range_commits(location: TableLocation, state: LogState, start: int, end: int, *,
-                   split: bool = False
+                   split: tuple[str, ...] = ()
                    ) -> Iterator[tuple[int, list[dict[str, Any]] | SplitCommit | None]]:
-    """The range's commits in order; the replay to ``start`` may have read the first already."""
+    """The range's commits in order (``split``: see :func:`read_commit`); the replay to
+    ``start`` may have read the first already."""
     if state.last_commit is not None:
-        yield start, SplitCommit(state.last_commit, [], b"") if split else state.last_commit
+        first = state.last_commit
+        yield start, SplitCommit.of_actions(first, split) if split else first
         start += 1
     yield from read_commits(location, range(start, end + 1), split=split)
 
 
-def _data_change_line_adds(location: TableLocation, version: int, commit: SplitCommit,
-                           metadata: TableMetadata) -> pa.Table:
-    """The AddFiles with dataChange=true on a commit's add lines, as raw actions."""
-    if not commit.add_lines:
-        return empty_raw_actions()
-    adds = line_adds(location, version, commit, metadata)
-    return adds.filter(adds.column("data_change"))
+def _adds_data(text: bytes) -> bool:
+    """Whether a commit's text adds a file with dataChange=true (a damaged line counts: the
+    plan names it)."""
+    for line in text.splitlines():
+        try:
+            action = json.loads(line) if line.strip() else {}
+            if "add" in action and action["add"].get("dataChange", True):
+                return True
+        except (ValueError, TypeError, AttributeError):
+            return True
+    return False
 
 
 def split_batches(plan: Plan, *, max_files: int | None = None,
@@ -173,12 +177,12 @@ def split_batches(plan: Plan, *, max_files: int | None = None,
     for name, limit in (("max_files", max_files), ("max_bytes", max_bytes)):
         if limit is not None and limit < 1:
             raise ValueError(f"{name} must be at least 1, got {limit}")
-    versions = plan.file_table.column("version").to_numpy()
+    versions = to_numpy(plan.file_table.column("version"))
     # per commit with files: its version, its first file and its last file
     firsts = np.flatnonzero(np.diff(versions, prepend=-1) != 0)
     lasts = np.append(firsts[1:], len(versions)) - 1
     bytes_before = np.concatenate(
-        [[0], np.cumsum(plan.file_table.column("size").to_numpy())])
+        [[0], np.cumsum(to_numpy(plan.file_table.column("size")))])
     cuts = []  # index of the first commit of every batch after the first
     commit = 0
     while commit < len(firsts):
@@ -246,15 +250,18 @@ class _ChangeRules:
         self.allow_changes = ignore_changes or skip_change_commits
         self.allow_deletes = self.allow_changes or ignore_deletes
 
-    def keep_commit(self, version: int, actions: list[dict[str, Any]], adds: bool) -> bool:
+    def keep_commit(self, version: int, actions: list[dict[str, Any]],
+                    adds_data: Callable[[], bool]) -> bool:
         """False if the commit is skipped; raises DataChangeError if it is not allowed.
-        ``adds``: whether it adds files with dataChange=true."""
+        ``adds_data``: whether it adds files with dataChange=true (asked only when it
+        removes some)."""
         removed = next((a["remove"]["path"] for a in actions
                         if "remove" in a and a["remove"].get("dataChange", True)), None)
         if removed is None:
             return True
         if self.skip_change_commits:
             return False
+        adds = adds_data()
         if adds and not self.allow_changes:
             raise DataChangeError(self.table_uri, version, removed,
                                   "ignore_changes=True (re-read rewritten files) or "

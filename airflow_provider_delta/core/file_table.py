@@ -14,8 +14,9 @@ deletion vectors one by one.
 
 from __future__ import annotations
 
+import datetime as dt
 import io
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 from urllib.parse import unquote
 
@@ -27,6 +28,7 @@ import pyarrow.json as pj
 from airflow_provider_delta.core.actions import (
     parse_partition_value, partition_keys, widen_partition_value,
 )
+from airflow_provider_delta.core.arrow import from_numpy, full, scalar, strings, to_numpy
 from airflow_provider_delta.core.model import PlannedFile, TableMetadata
 from airflow_provider_delta.core.storage import TableLocation
 
@@ -46,6 +48,7 @@ DV_TYPE = pa.struct([
     ("size_in_bytes", pa.int64()), ("cardinality", pa.int64()), ("offset", pa.int64()),
 ])
 _NUM_RECORDS = r'"numRecords"\s*:\s*(?P<n>\d+)'
+_JSON_BLOCK = 1 << 20  # bytes of JSON lines Arrow parses per block
 _PRIMITIVE_TYPES = {
     "string": pa.string(), "long": pa.int64(), "integer": pa.int32(), "short": pa.int16(),
     "byte": pa.int8(), "float": pa.float32(), "double": pa.float64(), "boolean": pa.bool_(),
@@ -56,21 +59,88 @@ _PRIMITIVE_TYPES = {
 
 # -- raw actions ---------------------------------------------------------------------------
 
-def raw_actions(actions: Sequence[tuple[int, bool, Mapping[str, Any]]]) -> pa.Table:
-    """``(version, is_add, add or remove action)`` triples from JSON as raw actions."""
-    def field(name: str) -> list[Any]:
-        return [a.get(name) for _, _, a in actions]
+def json_file_actions(commits: Sequence[tuple[int, bytes]],
+                      partition_names: Iterable[str]) -> pa.Table:
+    """The AddFile and RemoveFile actions in ``(version, text)`` commits (newline-delimited
+    actions; the others are skipped) as raw actions, parsed by Arrow's JSON reader in one pass.
+
+    ``partition_names`` are the keys to read from ``partitionValues`` (Arrow reads a JSON
+    object into a struct of known fields). Raises ArrowInvalid on anything unexpected (for
+    several commits: also when their lines cannot be told apart); the caller then parses the
+    commits one by one.
+    """
+    commits = [(version, text) for version, text in commits if text.strip()]
+    if not commits:
+        return empty_raw_actions()
+    values_type = pa.struct([(name, pa.string()) for name in dict.fromkeys(partition_names)])
+    action_type = pa.struct([
+        ("path", pa.string()), ("dataChange", pa.bool_()), ("size", pa.int64()),
+        ("stats", pa.string()), ("deletionVector", RAW_DV_TYPE),
+        ("partitionValues", values_type)])
+    parsed = _read_json(b"\n".join(text for _, text in commits),
+                        pa.schema([("add", action_type), ("remove", action_type)]))
+    versions = _line_versions(commits, parsed.num_rows)
+    add, remove = parsed.column("add"), parsed.column("remove")
+    is_add = pc.is_valid(add)
+    has_removes = remove.null_count < len(remove)
+    is_file = pc.or_(is_add, pc.is_valid(remove)) if has_removes else is_add
+
+    def field(name: str) -> pa.ChunkedArray:
+        """The field of each file action (no copy of the other fields, as ``if_else`` on the
+        structs would make)."""
+        value = pc.struct_field(add, name)
+        if has_removes:
+            value = pc.if_else(is_add, value, pc.struct_field(remove, name))
+        return value.filter(is_file)
+
+    path = field("path")
+    if path.null_count:
+        raise pa.ArrowInvalid("a file action without a path")
     return pa.table({
-        "version": pa.array([v for v, _, _ in actions], pa.int64()),
-        "is_add": pa.array([is_add for _, is_add, _ in actions], pa.bool_()),
-        "path": pa.array(field("path"), pa.string()),
-        "data_change": pa.array([a.get("dataChange", True) for _, _, a in actions], pa.bool_()),
-        "size": pa.array([int(s or 0) for s in field("size")], pa.int64()),
-        "num_records": num_records(pa.array(field("stats"), pa.string())),
-        "partitionValues": pa.array([list((p or {}).items()) for p in field("partitionValues")],
-                                    RAW_SCHEMA.field("partitionValues").type),
-        "deletionVector": pa.array([dv or None for dv in field("deletionVector")], RAW_DV_TYPE),
+        "version": versions.filter(is_file),
+        "is_add": is_add.filter(is_file),
+        "path": path,
+        "data_change": pc.fill_null(field("dataChange"), scalar(True)),
+        "size": pc.fill_null(field("size"), scalar(0)),
+        # only an AddFile's statistics matter (RemoveFiles only take files away)
+        "num_records": num_records(pc.struct_field(add, "stats")).filter(is_file),
+        "partitionValues": _struct_to_map(field("partitionValues").combine_chunks()),
+        "deletionVector": field("deletionVector"),
     }, schema=RAW_SCHEMA)
+
+
+def _read_json(data: bytes, schema: pa.Schema) -> pa.Table:
+    """Newline-delimited JSON read into ``schema`` block by block (in one block if a line is
+    longer than a block). Threads make it slower on a loaded machine, and no quicker on two
+    quiet cores."""
+    def read(block_size: int) -> pa.Table:
+        return pj.read_json(io.BytesIO(data), read_options=pj.ReadOptions(
+            use_threads=False, block_size=block_size),
+            parse_options=pj.ParseOptions(explicit_schema=schema,
+                                          unexpected_field_behavior="ignore"))
+    try:
+        return read(_JSON_BLOCK)
+    except pa.ArrowInvalid as exc:
+        if "block" not in str(exc) or len(data) < _JSON_BLOCK:
+            raise
+        return read(len(data) + 1)
+
+
+def _line_versions(commits: Sequence[tuple[int, bytes]], rows: int) -> pa.Array:
+    """The version of each row Arrow read from the commits' text (one per line that is not
+    blank); ArrowInvalid if the rows cannot be told apart that way."""
+    if len(commits) == 1:
+        return full(rows, commits[0][0])
+    lines = np.array([_lines(text) for _, text in commits])
+    if lines.sum() != rows:
+        raise pa.ArrowInvalid("blank lines: the commits' rows cannot be told apart")
+    return from_numpy(np.repeat(np.array([version for version, _ in commits], np.int64), lines))
+
+
+def _lines(text: bytes) -> int:
+    """Lines in ``text`` (exact unless some are blank: Arrow skips those)."""
+    stripped = text.rstrip()
+    return stripped.count(b"\n") + 1 - stripped.count(b"\n\n")
 
 
 def raw_checkpoint_actions(struct: pa.StructArray, version: int, is_add: bool) -> pa.Table:
@@ -78,60 +148,27 @@ def raw_checkpoint_actions(struct: pa.StructArray, version: int, is_add: bool) -
     present = struct.filter(struct.is_valid())
     names = {f.name for f in present.type}
     length = len(present)
-    columns = {"version": pa.array(np.full(length, version, np.int64)),
-               "is_add": pa.array(np.full(length, is_add, bool)),
-               "data_change": pa.array(np.ones(length, bool))}
+    columns = {"version": full(length, version),
+               "is_add": full(length, is_add, bool),
+               "data_change": full(length, True, bool)}
     for name in CHECKPOINT_FIELDS:
         target = pa.string() if name == "stats" else RAW_SCHEMA.field(name).type
         columns[name] = (present.field(name).cast(target) if name in names
                          else pa.nulls(length, target))
-    columns["size"] = columns["size"].fill_null(0)
+    columns["size"] = columns["size"].fill_null(scalar(0))
     columns["num_records"] = num_records(columns.pop("stats"))
     return pa.table(columns, schema=RAW_SCHEMA)
-
-
-def json_adds(lines: Sequence[bytes], version: int, partition_names: Sequence[str]) -> pa.Table:
-    """AddFile lines of commit ``version`` parsed by Arrow's JSON reader, as raw actions.
-
-    ``partition_names`` are the keys to read from ``partitionValues`` (Arrow reads a JSON
-    object into a struct of known fields). Raises ArrowInvalid on anything unexpected; the
-    caller then parses the commit as Python objects, which also names a damaged line.
-    """
-    values_type = pa.struct([(name, pa.string()) for name in dict.fromkeys(partition_names)])
-    add_type = pa.struct([
-        ("path", pa.string()), ("dataChange", pa.bool_()), ("size", pa.int64()),
-        ("stats", pa.string()), ("deletionVector", RAW_DV_TYPE),
-        ("partitionValues", values_type)])
-    data = b"\n".join(lines)
-    parsed = pj.read_json(io.BytesIO(data), read_options=pj.ReadOptions(
-        use_threads=False, block_size=len(data) + 1), parse_options=pj.ParseOptions(
-        explicit_schema=pa.schema([("add", add_type)]), unexpected_field_behavior="ignore"))
-    add = parsed.column("add").combine_chunks()
-    if add.null_count or pc.any(pc.is_null(add.field("path"))).as_py():
-        raise pa.ArrowInvalid("an add line without an add action or a path")
-    length = len(add)
-    return pa.table({
-        "version": pa.array(np.full(length, version, np.int64)),
-        "is_add": pa.array(np.ones(length, bool)),
-        "path": add.field("path"),
-        "data_change": pc.fill_null(add.field("dataChange"), True),
-        "size": pc.fill_null(add.field("size"), 0),
-        "num_records": num_records(add.field("stats")),
-        "partitionValues": _struct_to_map(add.field("partitionValues")),
-        "deletionVector": add.field("deletionVector"),
-    }, schema=RAW_SCHEMA)
 
 
 def _struct_to_map(values: pa.StructArray) -> pa.MapArray:
     """A struct of string fields as a map with one entry per field in every row."""
     names = values.type.names
     rows, width = len(values), len(names)
-    keys = pa.array(names, pa.string()).take(pa.array(np.tile(np.arange(width), rows)))
+    keys = strings(names).take(from_numpy(np.tile(np.arange(width), rows)))
     interleave = (np.arange(rows)[:, None] + np.arange(width)[None, :] * rows).ravel()
     fields = [pc.struct_field(values, [i]) for i in range(width)]
-    items = (pa.concat_arrays(fields).take(pa.array(interleave)) if fields
-             else pa.array([], pa.string()))
-    offsets = pa.array((np.arange(rows + 1) * width).astype(np.int32))
+    items = pa.concat_arrays(fields).take(from_numpy(interleave)) if fields else strings([])
+    offsets = from_numpy((np.arange(rows + 1) * width).astype(np.int32))
     return pa.MapArray.from_arrays(offsets, keys, items)
 
 
@@ -141,7 +178,7 @@ def num_records(stats: pa.Array) -> pa.Array:
 
 
 def empty_raw_actions() -> pa.Table:
-    return RAW_SCHEMA.empty_table()
+    return pa.Table.from_arrays([pa.nulls(0, f.type) for f in RAW_SCHEMA], schema=RAW_SCHEMA)
 
 
 def file_keys(raw: pa.Table) -> pa.Array:
@@ -154,9 +191,10 @@ def file_keys(raw: pa.Table) -> pa.Array:
     offset = vector.field("offset").cast(pa.string())
     dv_id = pc.binary_join_element_wise(
         vector.field("storageType"), vector.field("pathOrInlineDv"),
-        pc.if_else(offset.is_null(), "", pc.binary_join_element_wise("@", offset, "")), "")
+        pc.if_else(offset.is_null(), scalar(""),
+                   pc.binary_join_element_wise(scalar("@"), offset, scalar(""))), scalar(""))
     return pc.if_else(vector.is_null(), paths,
-                      pc.binary_join_element_wise(paths, dv_id, "\x00"))
+                      pc.binary_join_element_wise(paths, dv_id, scalar("\x00")))
 
 
 def live_adds(checkpoint_adds: pa.Table, commit_actions: pa.Table) -> pa.Table:
@@ -170,10 +208,10 @@ def live_adds(checkpoint_adds: pa.Table, commit_actions: pa.Table) -> pa.Table:
     commit_keys = file_keys(commit_actions)
     winners = commit_actions.column("is_add")
     if pc.count_distinct(commit_keys).as_py() < len(commit_keys):
-        order = pa.array(np.arange(len(commit_actions)))
-        last = pa.table({"key": commit_keys, "order": order}).group_by("key").aggregate(
-            [("order", "max")]).column("order_max")
-        winners = pc.and_(pc.is_in(order, value_set=last), winners)
+        codes = to_numpy(commit_keys.dictionary_encode().indices)
+        last = np.zeros(len(codes), bool)
+        last[len(codes) - 1 - np.unique(codes[::-1], return_index=True)[1]] = True
+        winners = pc.and_(from_numpy(last), winners)
     survivors = pc.invert(pc.is_in(file_keys(checkpoint_adds), value_set=commit_keys))
     return pa.concat_tables([checkpoint_adds.filter(survivors), commit_actions.filter(winners)])
 
@@ -218,18 +256,18 @@ def decoded_paths(paths: pa.Array) -> pa.Array:
     if not pc.any(encoded).as_py():
         return paths
     decoded = [unquote(p) for p in paths.filter(encoded).to_pylist()]
-    return pc.replace_with_mask(paths, encoded, pa.array(decoded, pa.string()))
+    return pc.replace_with_mask(paths, encoded, strings(decoded))
 
 
 def resolved_paths(paths: pa.Array, location: TableLocation) -> pa.Array:
     """Log paths as absolute decoded URIs (:meth:`TableLocation.resolve`, column-wise)."""
     decoded = decoded_paths(paths)
     absolute = pc.or_(pc.match_substring(paths, ":"), pc.starts_with(decoded, "/"))
-    joined = pc.binary_join_element_wise(location.root_uri, decoded, "/")
+    joined = pc.binary_join_element_wise(scalar(location.root_uri), decoded, scalar("/"))
     if not pc.any(absolute).as_py():
         return joined
     resolved = [location.resolve(p) for p in paths.filter(absolute).to_pylist()]
-    return pc.replace_with_mask(joined, absolute, pa.array(resolved, pa.string()))
+    return pc.replace_with_mask(joined, absolute, strings(resolved))
 
 
 def _deletion_vectors(raw: pa.StructArray, location: TableLocation) -> pa.Array:
@@ -238,11 +276,10 @@ def _deletion_vectors(raw: pa.StructArray, location: TableLocation) -> pa.Array:
         return pa.nulls(len(raw), DV_TYPE)
     storage = raw.field("storageType")
     path_or_inline = raw.field("pathOrInlineDv")
-    absolute = pc.fill_null(pc.equal(storage, "p"), False)
+    absolute = pc.fill_null(pc.equal(storage, scalar("p")), scalar(False))
     if pc.any(absolute).as_py():
         resolved = [location.resolve(p) for p in path_or_inline.filter(absolute).to_pylist()]
-        path_or_inline = pc.replace_with_mask(path_or_inline, absolute,
-                                              pa.array(resolved, pa.string()))
+        path_or_inline = pc.replace_with_mask(path_or_inline, absolute, strings(resolved))
     children = [storage, path_or_inline, raw.field("sizeInBytes"), raw.field("cardinality"),
                 raw.field("offset")]
     return pa.StructArray.from_arrays(children, fields=list(DV_TYPE), mask=pc.invert(present))
@@ -262,19 +299,19 @@ def _partition_values(raw: pa.Table, metadata_changes: Mapping[int, TableMetadat
     parsed under the metadata in force at its version, then widened."""
     end_types = _partition_types(end_metadata)
     if not end_types:
-        return pa.repeat(pa.scalar({}, pa.struct([])), len(raw))
+        return pa.Array.from_buffers(pa.struct([]), len(raw), [None], children=[])
     starts = sorted(metadata_changes)
-    versions = raw.column("version").to_numpy()
+    versions = to_numpy(raw.column("version"))
     segment = np.maximum(np.searchsorted(np.array(starts), versions, side="right") - 1, 0)
     values = raw.column("partitionValues").combine_chunks()
     if not len(raw) or (segment == segment[0]).all():
         start = starts[segment[0]] if len(raw) else starts[-1]
         return _typed_struct(values, metadata_changes[start], end_types)
     rows_per_segment = [np.flatnonzero(segment == index) for index in range(len(starts))]
-    parts = [_typed_struct(values.take(pa.array(rows)), metadata_changes[start], end_types)
+    parts = [_typed_struct(values.take(from_numpy(rows)), metadata_changes[start], end_types)
              for start, rows in zip(starts, rows_per_segment) if len(rows)]
     back = np.argsort(np.concatenate([rows for rows in rows_per_segment if len(rows)]))
-    return pa.concat_arrays(parts).take(pa.array(back))
+    return pa.concat_arrays(parts).take(from_numpy(back))
 
 
 def _typed_struct(values: pa.MapArray, metadata: TableMetadata,
@@ -298,24 +335,49 @@ def _typed(values: pa.MapArray, physical: str, logical: str, type_name: str,
     end_name = _delta_name(end_type)
     parsed = [widen_partition_value(parse_partition_value(v, type_name), end_name)
               for v in encoded.dictionary.to_pylist()]
-    return pa.array(parsed, end_type).take(encoded.indices)
+    return _from_text([_text(v) for v in parsed], end_type).take(encoded.indices)
+
+
+def _text(value: Any) -> str | None:
+    """A parsed partition value in the text Arrow's cast reads back as the same value."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, bytes):
+        return value.decode("utf-8")
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(dt.timezone.utc).replace(tzinfo=None)
+        return value.isoformat(sep=" ", timespec="microseconds")
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    return repr(value) if isinstance(value, float) else str(value)  # int, Decimal
+
+
+def _from_text(texts: list[str | None], arrow: pa.DataType) -> pa.Array:
+    """Values of type ``arrow`` from their :func:`_text` (a UTC wall time for a timestamp
+    with a time zone)."""
+    if pa.types.is_timestamp(arrow) and arrow.tz is not None:
+        return strings(texts).cast(pa.timestamp(arrow.unit)).cast(arrow)
+    return strings(texts).cast(arrow)
 
 
 def _map_value(values: pa.MapArray, key: str) -> pa.Array:
     """Each row's first value under ``key`` (null without one): the same as
     ``pc.map_lookup``, over the flattened entries, several times faster."""
     if values.offset and values.null_count:  # Arrow cannot mask a slice's offsets
-        values = values.take(pa.array(np.arange(len(values))))
+        values = values.take(from_numpy(np.arange(len(values))))
     mask = values.is_null() if values.null_count else None
     as_list = pa.ListArray.from_arrays(values.offsets, values.values, mask=mask)
     entries = pc.list_flatten(as_list)
-    matches = pc.indices_nonzero(pc.equal(entries.field("key"), key))
-    rows = pc.list_parent_indices(as_list).take(matches).to_numpy()
+    matches = pc.indices_nonzero(pc.equal(entries.field("key"), scalar(key)))
+    rows = to_numpy(pc.list_parent_indices(as_list).take(matches))
     first_match = np.full(len(values), -1)
     firsts = np.unique(rows, return_index=True)[1]
     first_match[rows[firsts]] = firsts
     found = entries.field("value").take(matches)
-    return found.take(pa.array(first_match, mask=first_match < 0))
+    return found.take(from_numpy(first_match, valid=first_match >= 0))
 
 
 def _delta_name(arrow: pa.DataType) -> str:

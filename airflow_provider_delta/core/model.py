@@ -68,7 +68,7 @@ class Plan:
 
     ``file_table`` holds them as one Arrow table (columns in
     :mod:`airflow_provider_delta.core.file_table`); ``files`` is a per-file object view of it
-    for small plans and tests.
+    for small plans and tests (its timestamps with a time zone make pyarrow import pandas).
     """
 
     table_uri: str

@@ -20,13 +20,11 @@ from typing import Any, NoReturn
 from urllib.parse import unquote
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from airflow_provider_delta.core.actions import parse_commit, partition_keys, table_metadata
 from airflow_provider_delta.core.file_table import (
-    CHECKPOINT_FIELDS, empty_raw_actions, json_adds, live_adds, raw_actions,
-    raw_checkpoint_actions,
+    CHECKPOINT_FIELDS, empty_raw_actions, json_file_actions, live_adds, raw_checkpoint_actions,
 )
 from airflow_provider_delta.core.model import TableMetadata
 from airflow_provider_delta.core.storage import (
@@ -41,8 +39,8 @@ log = logging.getLogger(__name__)
 
 # How far below a version the local probe looks for a classic checkpoint before listing.
 _LOCAL_CHECKPOINT_PROBE = 1000
-_ADD_LINE = b'{"add":'  # how writers start an AddFile line
-_ARROW_ADD_LINES = 64  # from this many AddFile lines on, a commit's are parsed by Arrow
+FILE_ACTIONS = ("add", "remove")
+_PARSE_EVERY = 1 << 25  # bytes of commits whose file actions Arrow parses at a time
 _PROGRESS_EVERY = 10_000  # commits between progress log lines of a long replay
 _REMOTE_READERS = 16
 _REMOTE_READ_AHEAD = 256
@@ -51,18 +49,20 @@ _CHECKPOINT_READERS = min(4, os.cpu_count() or 1)  # row groups of a checkpoint 
 
 @dataclass
 class LogState:
-    """Protocol, metadata and (``with_files``) the file actions at ``version``."""
+    """Protocol and metadata at ``version``; with ``files``, the file actions too."""
 
     version: int
     protocol: dict[str, Any] | None = None
     metadata: dict[str, Any] | None = None
-    with_files: bool = False
-    # the checkpoint's AddFiles as raw actions, then the later commits' adds and removes
+    # the checkpoint's AddFiles as raw actions; the later commits' adds and removes as lines
+    files: FileActions | None = None
     checkpoint_adds: list[pa.Table] = field(default_factory=list)
-    commit_files: list[tuple[int, bool, dict[str, Any]]] = field(default_factory=list)
-    commit_add_tables: list[pa.Table] = field(default_factory=list)  # from add lines
     # the actions of commit ``version`` when the replay read it (plan_changes reuses them)
     last_commit: list[dict[str, Any]] | None = None
+
+    @property
+    def with_files(self) -> bool:
+        return self.files is not None
 
     def apply(self, actions: Iterable[Mapping[str, Any]], version: int) -> None:
         for action in actions:
@@ -70,78 +70,133 @@ class LogState:
                 self.protocol = action["protocol"]
             elif "metaData" in action:
                 self.metadata = action["metaData"]
-            elif self.with_files and "add" in action:
-                self.commit_files.append((version, True, action["add"]))
-            elif self.with_files and "remove" in action:
-                self.commit_files.append((version, False, action["remove"]))
+                if self.files is not None:
+                    self.files.note(table_metadata(self.metadata, self.protocol or {}))
+            elif self.files is not None and _is_file_action(action, FILE_ACTIONS):
+                self.files.extend(version, json.dumps(action).encode())
+
+    def apply_split(self, commit: SplitCommit, version: int) -> None:
+        """Apply a commit read with its file actions left in its text."""
+        self.apply(commit.actions, version)
+        if self.files is not None:
+            self.files.extend(version, commit.text)
 
     def live_files(self) -> pa.Table:
         """The live AddFiles as raw actions (see :mod:`~airflow_provider_delta.core.file_table`)."""
         checkpoint = (pa.concat_tables(self.checkpoint_adds) if self.checkpoint_adds
                       else empty_raw_actions())
-        commits = pa.concat_tables([*self.commit_add_tables, raw_actions(self.commit_files)])
-        in_log_order = commits.take(pc.sort_indices(commits, [("version", "ascending")]))
-        return live_adds(checkpoint, in_log_order)
+        return live_adds(checkpoint, self.files.table())
 
-    def apply_split(self, location: TableLocation, commit: SplitCommit, version: int) -> None:
-        """Apply a commit read with its add lines apart."""
-        self.apply(commit.actions, version)
-        if commit.add_lines:
-            metadata = table_metadata(self.metadata or {}, self.protocol or {})
-            self.commit_add_tables.append(line_adds(location, version, commit, metadata))
+
+class FileActions:
+    """The AddFile and RemoveFile actions of many commits, in log order, parsed by Arrow's JSON
+    reader from the commits' text, a few MiB of commits at a time: per-file work stays in
+    Arrow, and one call per commit would cost more than the parsing on ranges of small
+    commits."""
+
+    def __init__(self, location: TableLocation):
+        self.location = location
+        self.partition_names: dict[str, None] = {}  # of every metadata seen, in order
+        self._commits: list[tuple[int, bytes]] = []
+        self._bytes = 0
+        self._tables: list[pa.Table] = []
+
+    def note(self, metadata: TableMetadata) -> None:
+        """Read the partition values of ``metadata``'s partition columns from now on."""
+        for logical, physical, _ in partition_keys(metadata):
+            self.partition_names.update({physical: None, logical: None})
+
+    def extend(self, version: int, text: bytes) -> None:
+        """Take the file actions in ``text``, newline-delimited actions of commit ``version``
+        (other actions in it are skipped)."""
+        if not text:
+            return
+        self._commits.append((version, text))
+        self._bytes += len(text)
+        if self._bytes >= _PARSE_EVERY:
+            self._parse()
+
+    def table(self) -> pa.Table:
+        """Every file action so far as raw actions."""
+        self._parse()
+        return pa.concat_tables(self._tables) if self._tables else empty_raw_actions()
+
+    def _parse(self) -> None:
+        if not self._commits:
+            return
+        try:
+            parsed = json_file_actions(self._commits, self.partition_names)
+        except pa.ArrowException:  # find the commit, parsing them one by one
+            parsed = pa.concat_tables([self._one_commit(*commit) for commit in self._commits])
+        self._tables.append(parsed)
+        self._commits, self._bytes = [], 0
+
+    def _one_commit(self, version: int, text: bytes) -> pa.Table:
+        try:
+            return json_file_actions([(version, text)], self.partition_names)
+        except pa.ArrowException:
+            actions = commit_actions(self.location, version, text)  # raises on a damaged line
+            lines = [_normalized_line(a) for a in actions if "add" in a or "remove" in a]
+            return json_file_actions([(version, b"\n".join(lines))], self.partition_names)
+
+
+def _normalized_line(action: Mapping[str, Any]) -> bytes:
+    """A file action as a line with the fields planning reads, typed as Arrow's reader
+    expects them."""
+    kind = "add" if "add" in action else "remove"
+    values = action[kind] or {}
+    kept = {"path": values.get("path"), "dataChange": values.get("dataChange", True),
+            "size": int(values.get("size") or 0), "stats": values.get("stats"),
+            "partitionValues": values.get("partitionValues") or {},
+            "deletionVector": values.get("deletionVector") or None}
+    return json.dumps({kind: kept}).encode()
 
 
 @dataclass
 class SplitCommit:
-    """A commit whose AddFile lines are kept as JSON text, for Arrow's JSON reader."""
+    """A commit whose file actions are left in its text, for :class:`FileActions`."""
 
-    actions: list[dict[str, Any]]  # the other actions (and adds on lines written otherwise)
-    add_lines: list[bytes]
-    raw: bytes
+    actions: list[dict[str, Any]]  # the other actions, parsed
+    text: bytes  # newline-delimited actions holding the file actions
+
+    @classmethod
+    def of_actions(cls, actions: Iterable[dict[str, Any]], kinds: tuple[str, ...]) -> SplitCommit:
+        """Parsed actions split so (their file actions written back as text)."""
+        actions = list(actions)
+        files = [json.dumps(a).encode() for a in actions if _is_file_action(a, kinds)]
+        return cls([a for a in actions if not _is_file_action(a, kinds)], b"\n".join(files))
 
 
-def split_commit(location: TableLocation, version: int, raw: bytes) -> SplitCommit:
-    """Commit ``version``'s bytes with the lines that start as an AddFile kept apart;
-    DamagedLogFileError (naming the line) if another line is damaged."""
-    lines = raw.splitlines()
-    add_lines = [line for line in lines if line.startswith(_ADD_LINE)]
-    if len(add_lines) < _ARROW_ADD_LINES:  # Python's parser is quicker on a few lines
-        return SplitCommit(commit_actions(location, version, raw), [], raw)
+def _is_file_action(action: Mapping[str, Any], kinds: tuple[str, ...]) -> bool:
+    return any(kind in action for kind in kinds)
+
+
+def split_commit(location: TableLocation, version: int, raw: bytes, kinds: tuple[str, ...]
+                 ) -> SplitCommit:
+    """Commit ``version``'s bytes with every action but its ``kinds`` file actions (``add``,
+    ``remove``) parsed; lines written as ``{"add": ...`` (or the other kinds) are not even
+    parsed here. DamagedLogFileError (naming the line) if a parsed line is damaged."""
+    prefixes = tuple(b'{"%s":' % kind.encode() for kind in kinds)
     try:
-        actions = [json.loads(line) for line in lines
-                   if line.strip() and not line.startswith(_ADD_LINE)]
+        actions = [json.loads(line) for line in raw.splitlines()
+                   if line.strip() and not line.startswith(prefixes)]
     except ValueError:  # JSONDecodeError, UnicodeDecodeError
         actions = None
-    if actions is None or not all(isinstance(a, dict) for a in actions):
-        return SplitCommit(commit_actions(location, version, raw), [], raw)  # raises
-    return SplitCommit(actions, add_lines, raw)
+    if actions is None or not all(isinstance(a, dict) for a in actions) or not raw.strip():
+        commit_actions(location, version, raw)  # raises, naming the line
+    return SplitCommit([a for a in actions if not _is_file_action(a, kinds)], raw)
 
 
-def line_adds(location: TableLocation, version: int, commit: SplitCommit,
-              metadata: TableMetadata) -> pa.Table:
-    """The AddFiles on a commit's add lines as raw actions: by Arrow's JSON reader, else (a
-    line Arrow refuses) by Python's, which names a damaged line."""
-    names = [name for logical, physical, _ in partition_keys(metadata)
-             for name in (physical, logical)]
-    try:
-        return json_adds(commit.add_lines, version, names)
-    except pa.ArrowException:
-        commit_actions(location, version, commit.raw)  # names a damaged line
-        adds = [json.loads(line).get("add") for line in commit.add_lines]
-        return raw_actions([(version, True, add) for add in adds if isinstance(add, dict)])
-
-
-
-
-
-def read_commit(location: TableLocation, version: int, *, split: bool = False
+def read_commit(location: TableLocation, version: int, *, split: tuple[str, ...] = ()
                 ) -> list[dict[str, Any]] | SplitCommit | None:
-    """The actions of commit ``version`` (``split``: as a :class:`SplitCommit`), None if the
-    commit file does not exist."""
+    """The actions of commit ``version`` (with ``split`` kinds of file actions: as a
+    :class:`SplitCommit`), None if the commit file does not exist."""
     raw = location.read_log_file(commit_name(version))
     if raw is None:
         return None
-    return split_commit(location, version, raw) if split else commit_actions(location, version, raw)
+    if split:
+        return split_commit(location, version, raw, split)
+    return commit_actions(location, version, raw)
 
 
 def commit_actions(location: TableLocation, version: int, raw: bytes) -> list[dict[str, Any]]:
@@ -174,7 +229,7 @@ def _first_bad_line(raw: bytes) -> str:
     return "a line"
 
 
-def read_commits(location: TableLocation, versions: range, *, split: bool = False
+def read_commits(location: TableLocation, versions: range, *, split: tuple[str, ...] = ()
                  ) -> Iterator[tuple[int, list[dict[str, Any]] | SplitCommit | None]]:
     """``(version, actions or None)`` in version order (``split``: see :func:`read_commit`).
 
@@ -201,14 +256,15 @@ def replay(location: TableLocation, version: int, *, with_files: bool = False) -
     """
     state, checkpoint, damaged = _checkpoint_state(location, version, with_files)
     first_commit = checkpoint[0].version + 1 if checkpoint else 0
-    commits = read_commits(location, range(first_commit, version + 1), split=with_files)
+    commits = read_commits(location, range(first_commit, version + 1),
+                           split=FILE_ACTIONS if with_files else ())
     for commit_version, actions in commits:
         if actions is None and damaged is not None:
             raise _without_fallback(damaged, version, commit_version)
         if actions is None:
             raise_unreadable(location, version, commit_version, from_checkpoint=bool(checkpoint))
         if with_files:
-            state.apply_split(location, actions, commit_version)
+            state.apply_split(actions, commit_version)
         else:
             state.last_commit = actions
             state.apply(actions, commit_version)
@@ -231,7 +287,7 @@ def _checkpoint_state(location: TableLocation, version: int, with_files: bool
     damaged = None
     below = version
     while below >= 0 and (checkpoint := find_checkpoint(location, below)):
-        state = LogState(version, with_files=with_files)
+        state = _empty_state(location, version, with_files)
         try:
             log.debug("%s: replaying from checkpoint %s", location.table_uri, checkpoint[0].name)
             read_checkpoint(location, checkpoint, state)
@@ -240,7 +296,11 @@ def _checkpoint_state(location: TableLocation, version: int, with_files: bool
             log.warning("%s Replaying from an older checkpoint or from the commits instead.", err)
             damaged = damaged or err
             below = checkpoint[0].version - 1
-    return LogState(version, with_files=with_files), None, damaged
+    return _empty_state(location, version, with_files), None, damaged
+
+
+def _empty_state(location: TableLocation, version: int, with_files: bool) -> LogState:
+    return LogState(version, files=FileActions(location) if with_files else None)
 
 
 def _without_fallback(damaged: DamagedLogFileError, version: int, first_missing: int
@@ -397,9 +457,8 @@ def read_checkpoint(location: TableLocation, parts: list[CheckpointFile], state:
         for action in actions:
             if "sidecar" in action and state.with_files:
                 _read_sidecar(location, action["sidecar"], part.version, state)
-            elif "sidecar" not in action:
+            elif "sidecar" not in action and "remove" not in action:  # not a tombstone
                 state.apply([action], part.version)
-    state.commit_files = [(v, True, add) for v, is_add, add in state.commit_files if is_add]
 
 
 def _read_sidecar(location: TableLocation, sidecar: Mapping[str, Any], version: int,

@@ -5,10 +5,8 @@ from __future__ import annotations
 import datetime as dt
 import logging
 
-import numpy as np
-import pyarrow as pa
-
 from airflow_provider_delta.core.actions import table_metadata
+from airflow_provider_delta.core.arrow import full
 from airflow_provider_delta.core.file_table import file_table
 from airflow_provider_delta.core.model import Plan
 from airflow_provider_delta.core.protocol import check_protocol
@@ -42,7 +40,7 @@ def plan_snapshot(table_uri: str, *, version: int | None = None,
     metadata = table_metadata(state.metadata, state.protocol)
     live = state.live_files()
     live = live.set_column(live.schema.get_field_index("version"), "version",
-                           pa.array(np.full(len(live), version, np.int64)))
+                           full(len(live), version))
     files = file_table(live, location, {version: metadata}, metadata)
     log.info("%s: snapshot at version %d has %d files", table_uri, version, len(files))
     return Plan(table_uri=table_uri, start_version=version, end_version=version,

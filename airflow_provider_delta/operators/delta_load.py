@@ -265,7 +265,7 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
         plan = self.validate(spec, resume)
         self._source_metadata = plan.metadata
         sink.check_not_source(self.table_uri, plan.metadata.table_id)
-        if request.mode == "changes" and not plan.files:
+        if request.mode == "changes" and not len(plan):
             self.log.info("%s: versions %s..%s add no data files; nothing to submit",
                           self.table_uri, request.start_version, request.end_version)
             return JobResult(self.table_uri, request.mode, request.start_version,

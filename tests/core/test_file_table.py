@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from pathlib import Path
 from urllib.parse import unquote
@@ -11,6 +12,7 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable, write_deltalake
 
 from airflow_provider_delta.core import plan_changes, plan_snapshot
+from tests.core.conftest import data_change_adds
 
 
 def test_snapshot_plan_is_an_arrow_table_typed_by_the_delta_schema(shared_table):
@@ -57,3 +59,24 @@ def _rewrite_in_row_groups_of(checkpoint: Path, rows: int) -> None:
     assert table.num_rows > 3 * rows  # several groups hold only adds, one the metadata
     pq.write_table(table, checkpoint, row_group_size=rows)
     assert pq.ParquetFile(checkpoint).metadata.num_row_groups > 3
+
+
+def test_commits_with_blank_lines_and_other_spacing_plan_as_written(tmp_path):
+    # file actions are parsed by Arrow many commits at a time; a commit whose lines do not
+    # start as `{"add":` or that holds blank lines must still give each file its own version
+    path = str(tmp_path / "t")
+    for day in range(4):
+        write_deltalake(path, pa.table({"id": [day], "day": [f"d {day}"]}), mode="append",
+                        partition_by=["day"])
+    DeltaTable(path).delete("day = 'd 0'")
+    commit = Path(path) / "_delta_log" / f"{2:020d}.json"
+    actions = [json.loads(line) for line in commit.read_text().splitlines()]
+    commit.write_text("\n \n".join(json.dumps(a, separators=(", ", " : ")) for a in actions))
+
+    changes = plan_changes(path, 0, 3)
+    assert [(v, p) for v, p in zip(changes.file_table.column("version").to_pylist(),
+                                   changes.file_table.column("path").to_pylist())] == [
+        (v, p) for v in range(4) for p in data_change_adds(path, v)]
+    snapshot = plan_snapshot(path)
+    assert sorted(snapshot.file_table.column("path").to_pylist()) == sorted(
+        p for v in (1, 2, 3) for p in data_change_adds(path, v))
