@@ -71,7 +71,7 @@ def bench_feed(spark, work: Path, rows: int, commits: int, repeat: int) -> None:
     source = str(work / "feed-source")
     write_clustered(source, rows, commits, _CDF_ON)
     end = commits - 1
-    paths = [f.file.path for f in plan_change_feed(source, 0, end).files]
+    paths = plan_change_feed(source, 0, end).file_table.column("path").to_pylist()
     ours = noop_write(lambda: read_change_feed(spark, source, 0, end))
     plain = noop_write(lambda: spark.read.parquet(*paths))
 

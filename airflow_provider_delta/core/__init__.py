@@ -9,7 +9,7 @@ It imports neither Airflow nor Spark. Public API: :func:`latest_version`,
 from __future__ import annotations
 
 from airflow_provider_delta.core.change_feed import (
-    ChangeFeedPlan, ChangeFile, CommitChanges, plan_change_feed, split_feed,
+    ChangeFeedPlan, CommitChanges, plan_change_feed, split_feed,
 )
 from airflow_provider_delta.core.changes import plan_changes, split_batches
 from airflow_provider_delta.core.model import (
@@ -19,7 +19,7 @@ from airflow_provider_delta.core.snapshot import plan_snapshot
 from airflow_provider_delta.core.versions import commit_timestamp, latest_version, version_at
 
 __all__ = [
-    "ChangeFeedPlan", "ChangeFile", "CommitChanges", "DeletionVectorDescriptor", "Plan",
+    "ChangeFeedPlan", "CommitChanges", "DeletionVectorDescriptor", "Plan",
     "PlannedFile", "TableMetadata", "commit_timestamp", "latest_version", "plan_change_feed",
     "plan_changes", "plan_snapshot", "split_batches", "split_feed", "version_at",
 ]

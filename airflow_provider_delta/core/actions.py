@@ -1,19 +1,15 @@
-"""Turning raw log actions into the plan's data model: metadata, typed partition values, files."""
+"""Turning raw log actions into the plan's data model: metadata and typed partition values."""
 
 from __future__ import annotations
 
 import datetime as dt
 import json
-import re
 from collections.abc import Iterator, Mapping
 from decimal import Decimal
 from typing import Any
-from urllib.parse import unquote
 
-from airflow_provider_delta.core.model import DeletionVectorDescriptor, PlannedFile, TableMetadata
-from airflow_provider_delta.core.storage import TableLocation
+from airflow_provider_delta.core.model import TableMetadata
 
-_NUM_RECORDS = re.compile(r'"numRecords"\s*:\s*(\d+)')
 _INTEGER_TYPES = {"byte", "short", "integer", "long"}
 _FLOAT_TYPES = {"float", "double"}
 
@@ -119,67 +115,8 @@ def partition_keys(metadata: TableMetadata) -> list[tuple[str, str, str]]:
     return keys
 
 
-class FileFactory:
-    """Builds :class:`PlannedFile` objects for one table under one metadata."""
-
-    def __init__(self, location: TableLocation, metadata: TableMetadata):
-        self.location = location
-        self.metadata = metadata
-        self.partition_keys = partition_keys(metadata)
-
-    def planned_file(self, add: Mapping[str, Any], version: int) -> PlannedFile:
-        raw_values = add.get("partitionValues") or {}
-        partition_values = {
-            logical: parse_partition_value(raw_values.get(physical, raw_values.get(logical)), type_name)
-            for logical, physical, type_name in self.partition_keys
-        }
-        return PlannedFile(
-            version=version,
-            path=self.location.resolve(add["path"]),
-            size=int(add.get("size") or 0),
-            partition_values=partition_values,
-            metadata=self.metadata,
-            deletion_vector=self.deletion_vector(add.get("deletionVector")),
-            num_records=_num_records(add.get("stats")),
-        )
-
-    def deletion_vector(self, raw: Mapping[str, Any] | None) -> DeletionVectorDescriptor | None:
-        if not raw:
-            return None
-        path_or_inline = raw["pathOrInlineDv"]
-        if raw["storageType"] == "p":
-            path_or_inline = self.location.resolve(path_or_inline)
-        offset = raw.get("offset")
-        return DeletionVectorDescriptor(
-            storage_type=raw["storageType"],
-            path_or_inline_dv=path_or_inline,
-            size_in_bytes=int(raw["sizeInBytes"]),
-            cardinality=int(raw["cardinality"]),
-            offset=int(offset) if offset is not None else None,
-        )
-
-
-def file_key(action: Mapping[str, Any]) -> tuple[str, str | None]:
-    """The identity of a logical file: its path and its deletion vector's unique id."""
-    path = unquote(action["path"])  # writers may encode the same path differently
-    dv = action.get("deletionVector")
-    if not dv:
-        return path, None
-    offset = dv.get("offset")
-    dv_id = f"{dv['storageType']}{dv['pathOrInlineDv']}" + (f"@{offset}" if offset is not None else "")
-    return path, dv_id
-
-
 def _case_insensitive(fields: Mapping[str, Any], column: str) -> Mapping[str, Any]:
     for name, field in fields.items():
         if name.lower() == column.lower():
             return field
     raise KeyError(f"partition column {column!r} is not in the table schema")
-
-
-def _num_records(stats: Any) -> int | None:
-    """``numRecords`` from a file's statistics JSON, without parsing the column statistics."""
-    if not stats:
-        return None
-    match = _NUM_RECORDS.search(stats)
-    return int(match.group(1)) if match else None

@@ -12,25 +12,32 @@ their removed rows as multisets, so rows a rewrite only copied are not reported 
 row is a ``delete`` of its old image plus an ``insert`` of its new one.
 
 ``dataChange=false`` commits (OPTIMIZE, compaction) give nothing in both cases.
+
+The files are one Arrow table, as a plan's are, chosen from the range's file actions column-wise.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from airflow_provider_delta.core.actions import FileFactory, file_key, table_metadata
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from airflow_provider_delta.core.actions import table_metadata
+from airflow_provider_delta.core.arrow import from_numpy, scalar, strings, to_numpy
 from airflow_provider_delta.core.changes import (
     _apply_table_changes, _check_range, _range_commits, split_batches,
 )
-from airflow_provider_delta.core.file_table import objects_file_table
-from airflow_provider_delta.core.model import (
-    DeletionVectorDescriptor, Plan, PlannedFile, TableMetadata,
+from airflow_provider_delta.core.file_table import (
+    PLAN_COLUMNS, decoded_paths, file_table, resolved_deletion_vectors,
 )
+from airflow_provider_delta.core.model import Plan, TableMetadata
 from airflow_provider_delta.core.protocol import check_protocol
 from airflow_provider_delta.core.replay import (
-    earliest_recreatable, raise_unreadable, read_commits, replay,
+    FileActions, SplitCommit, earliest_recreatable, raise_unreadable, read_commits, replay,
 )
 from airflow_provider_delta.core.storage import TableLocation
 from airflow_provider_delta.core.versions import CommitTimes, commit_entries, newest_version
@@ -39,61 +46,61 @@ from airflow_provider_delta.errors import VersionNotAvailableError
 CHANGE_DATA_FEED_KEY = "delta.enableChangeDataFeed"
 # Delta's CDF reader skips MERGE commits without cdc files whose metrics report none of these.
 _MERGE_CHANGE_METRICS = ("numTargetRowsInserted", "numTargetRowsUpdated", "numTargetRowsDeleted")
+_FEED_ACTIONS = ("add", "remove", "cdc")
 
-INSERT, DELETE = "insert", "delete"
-
-
-@dataclass(frozen=True)
-class ChangeFile:
-    """A file of a commit and what its rows mean.
-
-    ``kind`` is ``"cdc"`` (a change data file: its ``_change_type`` column says), ``"insert"``
-    or ``"delete"`` (every row the file's deletion vector leaves), or ``"vector"``: the file
-    re-added with a new deletion vector, whose rows in (new vector − ``previous_vector``) are
-    deleted and in (``previous_vector`` − new vector) restored, i.e. inserted.
-    """
-
-    kind: str
-    file: PlannedFile
-    previous_vector: DeletionVectorDescriptor | None = None
+INSERT, DELETE, CDC, VECTOR = "insert", "delete", "cdc", "vector"
+_KINDS = (CDC, VECTOR, INSERT, DELETE)  # kind codes: positions here
+_CDC, _VECTOR, _INSERT, _DELETE = range(len(_KINDS))
 
 
 @dataclass(frozen=True)
 class CommitChanges:
-    """The changes of one commit."""
+    """A commit of the range that changes rows."""
 
     version: int
     timestamp_ms: int  # in-commit timestamp, else the commit file's time made increasing
     change_data_feed: bool  # the table had CDF on at this version
     net: bool  # a copy-on-write commit without CDF: its deletes and inserts are to be netted
-    files: tuple[ChangeFile, ...]
 
 
 @dataclass(frozen=True)
 class ChangeFeedPlan:
-    """The commits of ``start_version..end_version`` that change rows, in version order."""
+    """The commits of ``start_version..end_version`` that change rows, in version order, and
+    their files.
+
+    ``file_table`` has a plan's columns (:mod:`~airflow_provider_delta.core.file_table`), per
+    commit its deletes, then vector changes, then inserts (or its cdc files), plus ``kind``:
+    ``"cdc"`` (a change data file: its ``_change_type`` column says), ``"insert"`` or
+    ``"delete"`` (every row the file's deletion vector leaves), or ``"vector"`` (the file
+    re-added with a new deletion vector: rows in (new vector − ``previous_vector``) are
+    deleted, rows in (``previous_vector`` − new vector) restored, i.e. inserted), and
+    ``previous_vector`` (a ``deletion_vector`` struct).
+    """
 
     table_uri: str
     start_version: int
     end_version: int
     metadata: TableMetadata  # the schema of the feed
     commits: tuple[CommitChanges, ...]
-
-    @property
-    def files(self) -> tuple[ChangeFile, ...]:
-        return tuple(f for commit in self.commits for f in commit.files)
+    file_table: pa.Table
 
     @property
     def total_bytes(self) -> int:
-        return sum(f.file.size for f in self.files)
+        return pc.sum(self.file_table.column("size")).as_py() or 0
 
     def __len__(self) -> int:
-        return len(self.files)
+        return self.file_table.num_rows
+
+    def files_of(self, commits: Iterable[CommitChanges]) -> pa.Table:
+        """The files of some of the feed's commits."""
+        versions = from_numpy(np.array([c.version for c in commits], np.int64))
+        return self.file_table.filter(pc.is_in(self.file_table.column("version"),
+                                               value_set=versions))
 
     def as_plan(self) -> Plan:
         """The feed's files as a :class:`Plan` (for what only needs paths, sizes, versions)."""
-        files = objects_file_table([f.file for f in self.files], self.metadata)
-        return Plan(self.table_uri, self.start_version, self.end_version, files, self.metadata)
+        return Plan(self.table_uri, self.start_version, self.end_version,
+                    self.file_table.select(PLAN_COLUMNS), self.metadata)
 
 
 def split_feed(feed: ChangeFeedPlan, *, max_files: int | None = None,
@@ -102,9 +109,10 @@ def split_feed(feed: ChangeFeedPlan, *, max_files: int | None = None,
     (never inside a commit, limits soft)."""
     return [
         replace(feed, start_version=batch.start_version, end_version=batch.end_version,
-                commits=tuple(c for c in feed.commits
-                              if batch.start_version <= c.version <= batch.end_version))
+                commits=commits, file_table=feed.files_of(commits))
         for batch in split_batches(feed.as_plan(), max_files=max_files, max_bytes=max_bytes)
+        for commits in [tuple(c for c in feed.commits
+                              if batch.start_version <= c.version <= batch.end_version)]
     ]
 
 
@@ -129,20 +137,25 @@ def plan_change_feed(table_uri: str, start_version: int, end_version: int | None
                  "newer commits or lower start_version.")
     end = latest if end_version is None else min(end_version, latest)
     walk = _LogWalk(location, start_version)
-    found = [walk.changes_of(version, actions)
-             for version, actions in _range_commits(location, walk.state, start_version, end)]
+    for version, commit in _range_commits(location, walk.state, start_version, end,
+                                          split=_FEED_ACTIONS):
+        walk.take(version, commit)
+    metadata_changes = dict(walk.changes)
     if walk.metadata.column_mapping_mode == "none":
         walk.follow_schema(end + 1, latest)  # Delta reads such tables with the latest schema
+    raw, commit_flags = _change_files(walk.files.table(), walk.commits)
+    files = file_table(raw, location, metadata_changes, walk.metadata).append_column(
+        "kind", raw.column("kind")).append_column(
+        "previous_vector", resolved_deletion_vectors(raw.column("previous_vector"), location))
     times = CommitTimes(location, commit_entries(location), dict(walk.metadata.configuration))
-    commits = tuple(
-        CommitChanges(version, times.micros(version) // 1000, cdf, net, files)
-        for version, cdf, net, files in found if files
-    )
-    return ChangeFeedPlan(table_uri, start_version, end, walk.metadata, commits)
+    commits = tuple(CommitChanges(version, times.micros(version) // 1000, cdf, net)
+                    for version, (cdf, net) in commit_flags.items())
+    return ChangeFeedPlan(table_uri, start_version, end, walk.metadata, commits, files)
 
 
 class _LogWalk:
-    """Protocol and metadata through the commits of a range, checked as in ``plan_changes``."""
+    """Protocol and metadata through the commits of a range, checked as in ``plan_changes``,
+    and the range's file actions."""
 
     def __init__(self, location: TableLocation, start_version: int):
         self.location = location
@@ -151,63 +164,113 @@ class _LogWalk:
         check_protocol(location.table_uri, self.state.protocol, start_version)
         self.protocol = self.state.protocol
         self.metadata = table_metadata(self.state.metadata, self.protocol)
-        self.factory = FileFactory(location, self.metadata)
+        self.changes = {start_version: self.metadata}  # version -> metadata taking effect
+        self.files = FileActions(location, _FEED_ACTIONS)
+        self.files.note(self.metadata)
+        self.commits: dict[int, tuple[bool, bool]] = {}  # version -> (CDF on, unchanged merge)
 
-    def changes_of(self, version: int, actions: list[dict[str, Any]] | None
-                   ) -> tuple[int, bool, bool, tuple[ChangeFile, ...]]:
-        """``(version, CDF on, net, files)`` of one commit of the range."""
-        self._apply(version, actions)
+    def take(self, version: int, commit: SplitCommit | None) -> None:
+        """Apply a commit of the range and take its file actions."""
+        if commit is None:
+            raise_unreadable(self.location, version, version, from_checkpoint=True)
+        self._apply(version, commit.actions)
         cdf_on = self.metadata.configuration.get(CHANGE_DATA_FEED_KEY, "false").lower() == "true"
-        files, net = _commit_files(self.factory, version, actions, cdf_on)
-        return version, cdf_on, net, files
+        self.commits[version] = (cdf_on, _unchanged_merge(commit.actions))
+        self.files.extend(version, commit.text)
 
     def follow_schema(self, first: int, last: int) -> None:
         """Apply (and check) the protocol and metadata changes of versions ``first..last``."""
         for version, actions in read_commits(self.location, range(first, last + 1)):
+            if actions is None:
+                raise_unreadable(self.location, version, version, from_checkpoint=True)
             self._apply(version, actions)
 
-    def _apply(self, version: int, actions: list[dict[str, Any]] | None) -> None:
-        if actions is None:
-            raise_unreadable(self.location, version, version, from_checkpoint=True)
+    def _apply(self, version: int, actions: list[dict[str, Any]]) -> None:
         if version > self.start_version:
             metadata = self.metadata
             self.protocol, self.metadata = _apply_table_changes(
                 self.location, version, actions, self.protocol, self.metadata)
             if self.metadata is not metadata:
-                self.factory = FileFactory(self.location, self.metadata)
+                self.changes[version] = self.metadata
+                self.files.note(self.metadata)
 
 
-def _commit_files(factory: FileFactory, version: int, actions: list[dict[str, Any]],
-                  cdf_on: bool) -> tuple[tuple[ChangeFile, ...], bool]:
-    """The change files of a commit and whether its deletes and inserts are to be netted."""
-    cdc = [a["cdc"] for a in actions if "cdc" in a]
-    if cdc:
-        return tuple(ChangeFile("cdc", factory.planned_file(c, version)) for c in cdc), False
-    adds = _data_changes(actions, "add")
-    removes = _data_changes(actions, "remove")
-    if cdf_on and _unchanged_merge(actions):
-        return (), False
-    vectors = [ChangeFile("vector", factory.planned_file(adds.pop(key), version),
-                          factory.deletion_vector(removes.pop(key).get("deletionVector")))
-               for key in [k for k in adds if k in removes]]
-    files = ([ChangeFile(DELETE, factory.planned_file(r, version)) for r in removes.values()]
-             + vectors
-             + [ChangeFile(INSERT, factory.planned_file(a, version)) for a in adds.values()])
-    deletes_rows = bool(removes or vectors)
-    inserts_rows = bool(adds) or any(_may_restore(v) for v in vectors)
-    return tuple(files), not cdf_on and deletes_rows and inserts_rows
+def _change_files(raw: pa.Table, commits: dict[int, tuple[bool, bool]]
+                  ) -> tuple[pa.Table, dict[int, tuple[bool, bool]]]:
+    """The change files of the range's file actions (``raw``, in log order), with ``kind`` and
+    ``previous_vector``, and ``(CDF on, net)`` of every commit that has some.
+
+    Per commit: its cdc files if it has any; else its dataChange=true removes and adds by
+    decoded path, a path both removed and added being a vector change; nothing for a MERGE
+    that changed no rows where CDF is on.
+    """
+    versions = to_numpy(raw.column("version"))
+    commit_versions = np.array(sorted(commits), np.int64)
+    flags = np.array([commits[v] for v in commit_versions.tolist()], bool).reshape(-1, 2)
+    cdf_on, unchanged_merge = flags[np.searchsorted(commit_versions, versions)].T
+    is_cdc = _is(raw, CDC)
+    with_cdc = np.isin(versions, versions[is_cdc])
+    keep = np.where(with_cdc, is_cdc, to_numpy(raw.column("data_change")) & ~is_cdc
+                    & ~(cdf_on & unchanged_merge))
+    raw = raw.filter(from_numpy(keep))
+    versions, cdf_on = versions[keep], cdf_on[keep]
+    is_add, is_remove = _is(raw, "add"), _is(raw, "remove")
+    keys = pc.binary_join_element_wise(raw.column("version").cast(pa.string()),
+                                       decoded_paths(raw.column("path").combine_chunks()),
+                                       scalar("\x00"))
+    removed_keys = keys.filter(from_numpy(is_remove))
+    removed_at = to_numpy(pc.fill_null(
+        pc.index_in(keys, value_set=removed_keys).cast(pa.int64()), scalar(-1)))
+    vector = is_add & (removed_at >= 0)
+    replaced = to_numpy(pc.is_in(keys, value_set=keys.filter(from_numpy(vector))))
+    kind = np.select([~(is_add | is_remove), vector, is_add, is_remove & ~replaced],
+                     [_CDC, _VECTOR, _INSERT, _DELETE], default=-1)
+    previous = np.where(vector, np.flatnonzero(is_remove)[np.maximum(removed_at, 0)]
+                        if is_remove.any() else 0, -1)
+    previous_vector = raw.column("deletionVector").combine_chunks().take(
+        from_numpy(np.maximum(previous, 0), valid=previous >= 0))
+    # per commit: deletes, then vector changes, then inserts (or cdc files alone), in log order
+    rank = np.array([0, 0, 1, 2, 0])[kind + 1]
+    order = np.lexsort((np.arange(len(kind)), rank, versions))
+    order = order[kind[order] >= 0]
+    changes = raw.take(from_numpy(order))
+    changes = changes.set_column(  # the action's kind becomes what its rows mean
+        changes.schema.get_field_index("kind"), "kind",
+        strings(_KINDS).take(from_numpy(kind[order]))).append_column(
+        "previous_vector", previous_vector.take(from_numpy(order)))
+    net = _net(versions[order], kind[order], changes, cdf_on[order])
+    return changes, {version: (bool(cdf_on[order][first]), bool(net[index]))
+                     for index, (version, first) in enumerate(zip(*_commit_starts(
+                         versions[order])))}
 
 
-def _data_changes(actions: list[dict[str, Any]], kind: str) -> dict[str, Mapping[str, Any]]:
-    """The ``kind`` actions with dataChange=true, by decoded path."""
-    return {file_key(a[kind])[0]: a[kind] for a in actions
-            if kind in a and a[kind].get("dataChange", True)}
+def _is(raw: pa.Table, kind: str) -> np.ndarray:
+    return to_numpy(pc.equal(raw.column("kind"), scalar(kind)))
 
 
-def _may_restore(change: ChangeFile) -> bool:
-    """A vector that is dropped or shrinks unmasks rows (RESTORE): those are inserts."""
-    old, new = change.previous_vector, change.file.deletion_vector
-    return old is not None and (new is None or new.cardinality < old.cardinality)
+def _commit_starts(versions: np.ndarray) -> tuple[list[int], np.ndarray]:
+    """The versions of sorted ``versions`` and where each starts."""
+    starts = np.flatnonzero(np.diff(versions, prepend=-1) != 0)
+    return versions[starts].tolist(), starts
+
+
+def _net(versions: np.ndarray, kind: np.ndarray, changes: pa.Table, cdf_on: np.ndarray
+         ) -> np.ndarray:
+    """Per commit (sorted ``versions``): whether CDF is off and it both deletes rows
+    (deletes, vector changes) and inserts some (inserts, vectors that shrink or go: RESTORE)."""
+    if not len(versions):
+        return np.zeros(0, bool)
+    old = changes.column("previous_vector").combine_chunks()
+    new = changes.column("deletionVector").combine_chunks()
+    old_rows = to_numpy(pc.fill_null(old.field("cardinality"), scalar(0)))
+    new_rows = to_numpy(pc.fill_null(new.field("cardinality"), scalar(0)))
+    restores = (kind == _VECTOR) & to_numpy(old.is_valid()) & (
+        ~to_numpy(new.is_valid()) | (new_rows < old_rows))
+    deletes = (kind == _DELETE) | (kind == _VECTOR)
+    inserts = (kind == _INSERT) | restores
+    starts = _commit_starts(versions)[1]
+    return (~cdf_on[starts] & np.logical_or.reduceat(deletes, starts)
+            & np.logical_or.reduceat(inserts, starts))
 
 
 def _unchanged_merge(actions: list[dict[str, Any]]) -> bool:

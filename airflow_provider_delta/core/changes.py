@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_delta.core.actions import table_metadata
-from airflow_provider_delta.core.arrow import to_numpy
+from airflow_provider_delta.core.arrow import scalar, to_numpy
 from airflow_provider_delta.core.file_table import file_table
 from airflow_provider_delta.core.model import Plan, TableMetadata
 from airflow_provider_delta.core.protocol import check_additive, check_protocol
@@ -76,7 +76,8 @@ def plan_changes(table_uri: str, start_version: int, end_version: int | None = N
         if (version - start_version + 1) % _PROGRESS_EVERY == 0:
             log.info("%s: read versions %d..%d", table_uri, start_version, version)
     raw = adds.table()
-    raw = raw.filter(pc.and_(raw.column("is_add"), raw.column("data_change")))
+    raw = raw.filter(pc.and_(pc.equal(raw.column("kind"), scalar("add")),
+                             raw.column("data_change")))
     log.info("%s: planned versions %d..%d: %d files", table_uri, start_version, end_version,
              len(raw))
     files = file_table(raw, location, changes, metadata)

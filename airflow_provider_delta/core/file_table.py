@@ -29,7 +29,7 @@ from airflow_provider_delta.core.actions import (
     parse_partition_value, partition_keys, widen_partition_value,
 )
 from airflow_provider_delta.core.arrow import from_numpy, full, scalar, strings, to_numpy
-from airflow_provider_delta.core.model import PlannedFile, TableMetadata
+from airflow_provider_delta.core.model import TableMetadata
 from airflow_provider_delta.core.storage import TableLocation
 
 RAW_DV_TYPE = pa.struct([
@@ -37,12 +37,14 @@ RAW_DV_TYPE = pa.struct([
     ("sizeInBytes", pa.int64()), ("cardinality", pa.int64()),
 ])
 RAW_SCHEMA = pa.schema([
-    ("version", pa.int64()), ("is_add", pa.bool_()), ("path", pa.string()),
+    ("version", pa.int64()), ("kind", pa.string()), ("path", pa.string()),
     ("data_change", pa.bool_()), ("size", pa.int64()), ("num_records", pa.int64()),
     ("partitionValues", pa.map_(pa.string(), pa.string())), ("deletionVector", RAW_DV_TYPE),
 ])
 # the fields of an add/remove struct in a checkpoint that planning reads
 CHECKPOINT_FIELDS = ("path", "size", "stats", "partitionValues", "deletionVector")
+# the columns of a plan's file table
+PLAN_COLUMNS = ("version", "path", "size", "num_records", "deletion_vector", "partition_values")
 DV_TYPE = pa.struct([
     ("storage_type", pa.string()), ("path_or_inline_dv", pa.string()),
     ("size_in_bytes", pa.int64()), ("cardinality", pa.int64()), ("offset", pa.int64()),
@@ -59,10 +61,11 @@ _PRIMITIVE_TYPES = {
 
 # -- raw actions ---------------------------------------------------------------------------
 
-def json_file_actions(commits: Sequence[tuple[int, bytes]],
-                      partition_names: Iterable[str]) -> pa.Table:
-    """The AddFile and RemoveFile actions in ``(version, text)`` commits (newline-delimited
-    actions; the others are skipped) as raw actions, parsed by Arrow's JSON reader in one pass.
+def json_file_actions(commits: Sequence[tuple[int, bytes]], partition_names: Iterable[str],
+                      kinds: Sequence[str] = ("add", "remove")) -> pa.Table:
+    """The file actions of ``kinds`` (``add``, ``remove``, ``cdc``) in ``(version, text)``
+    commits (newline-delimited actions; the others are skipped) as raw actions, parsed by
+    Arrow's JSON reader in one pass.
 
     ``partition_names`` are the keys to read from ``partitionValues`` (Arrow reads a JSON
     object into a struct of known fields). Raises ArrowInvalid on anything unexpected (for
@@ -78,19 +81,20 @@ def json_file_actions(commits: Sequence[tuple[int, bytes]],
         ("stats", pa.string()), ("deletionVector", RAW_DV_TYPE),
         ("partitionValues", values_type)])
     parsed = _read_json(b"\n".join(text for _, text in commits),
-                        pa.schema([("add", action_type), ("remove", action_type)]))
+                        pa.schema([(kind, action_type) for kind in kinds]))
     versions = _line_versions(commits, parsed.num_rows)
-    add, remove = parsed.column("add"), parsed.column("remove")
-    is_add = pc.is_valid(add)
-    has_removes = remove.null_count < len(remove)
-    is_file = pc.or_(is_add, pc.is_valid(remove)) if has_removes else is_add
+    actions = [parsed.column(kind) for kind in kinds]
+    present = [pc.is_valid(action) for action in actions]
+    code = np.select([to_numpy(valid) for valid in present], range(len(kinds)), default=-1)
+    is_file = from_numpy(code >= 0)
 
     def field(name: str) -> pa.ChunkedArray:
         """The field of each file action (no copy of the other fields, as ``if_else`` on the
         structs would make)."""
-        value = pc.struct_field(add, name)
-        if has_removes:
-            value = pc.if_else(is_add, value, pc.struct_field(remove, name))
+        value = pc.struct_field(actions[0], name)
+        for action, valid in zip(actions[1:], present[1:]):
+            if action.null_count < len(action):
+                value = pc.if_else(valid, pc.struct_field(action, name), value)
         return value.filter(is_file)
 
     path = field("path")
@@ -98,12 +102,12 @@ def json_file_actions(commits: Sequence[tuple[int, bytes]],
         raise pa.ArrowInvalid("a file action without a path")
     return pa.table({
         "version": versions.filter(is_file),
-        "is_add": is_add.filter(is_file),
+        "kind": strings(kinds).take(from_numpy(code[code >= 0])),
         "path": path,
         "data_change": pc.fill_null(field("dataChange"), scalar(True)),
         "size": pc.fill_null(field("size"), scalar(0)),
         # only an AddFile's statistics matter (RemoveFiles only take files away)
-        "num_records": num_records(pc.struct_field(add, "stats")).filter(is_file),
+        "num_records": num_records(pc.struct_field(actions[0], "stats")).filter(is_file),
         "partitionValues": _struct_to_map(field("partitionValues").combine_chunks()),
         "deletionVector": field("deletionVector"),
     }, schema=RAW_SCHEMA)
@@ -143,13 +147,13 @@ def _lines(text: bytes) -> int:
     return stripped.count(b"\n") + 1 - stripped.count(b"\n\n")
 
 
-def raw_checkpoint_actions(struct: pa.StructArray, version: int, is_add: bool) -> pa.Table:
-    """The non-null entries of a checkpoint's ``add`` (or ``remove``) column as raw actions."""
+def raw_checkpoint_adds(struct: pa.StructArray, version: int) -> pa.Table:
+    """The non-null entries of a checkpoint's ``add`` column as raw actions."""
     present = struct.filter(struct.is_valid())
     names = {f.name for f in present.type}
     length = len(present)
     columns = {"version": full(length, version),
-               "is_add": full(length, is_add, bool),
+               "kind": strings(["add"]).take(full(length, 0)),
                "data_change": full(length, True, bool)}
     for name in CHECKPOINT_FIELDS:
         target = pa.string() if name == "stats" else RAW_SCHEMA.field(name).type
@@ -206,7 +210,7 @@ def live_adds(checkpoint_adds: pa.Table, commit_actions: pa.Table) -> pa.Table:
     if not len(commit_actions):
         return checkpoint_adds
     commit_keys = file_keys(commit_actions)
-    winners = commit_actions.column("is_add")
+    winners = pc.equal(commit_actions.column("kind"), scalar("add"))
     if pc.count_distinct(commit_keys).as_py() < len(commit_keys):
         codes = to_numpy(commit_keys.dictionary_encode().indices)
         last = np.zeros(len(codes), bool)
@@ -227,26 +231,8 @@ def file_table(raw: pa.Table, location: TableLocation, metadata_changes: Mapping
         "path": resolved_paths(raw.column("path").combine_chunks(), location),
         "size": raw.column("size"),
         "num_records": raw.column("num_records"),
-        "deletion_vector": _deletion_vectors(raw.column("deletionVector").combine_chunks(),
-                                             location),
+        "deletion_vector": resolved_deletion_vectors(raw.column("deletionVector"), location),
         "partition_values": _partition_values(raw, metadata_changes, end_metadata),
-    })
-
-
-def objects_file_table(files: Sequence[PlannedFile], metadata: TableMetadata) -> pa.Table:
-    """The file table of :class:`PlannedFile` objects (the change feed's plans), partition
-    values typed by ``metadata``."""
-    keys = partition_keys(metadata)
-    vectors = [None if f.deletion_vector is None else vars(f.deletion_vector) for f in files]
-    partitions = [{logical: widen_partition_value(f.partition_values.get(logical), type_name)
-                   for logical, _, type_name in keys} for f in files]
-    return pa.table({
-        "version": pa.array([f.version for f in files], pa.int64()),
-        "path": pa.array([f.path for f in files], pa.string()),
-        "size": pa.array([f.size for f in files], pa.int64()),
-        "num_records": pa.array([f.num_records for f in files], pa.int64()),
-        "deletion_vector": pa.array(vectors, DV_TYPE),
-        "partition_values": pa.array(partitions, pa.struct(_partition_types(metadata))),
     })
 
 
@@ -270,7 +256,11 @@ def resolved_paths(paths: pa.Array, location: TableLocation) -> pa.Array:
     return pc.replace_with_mask(joined, absolute, strings(resolved))
 
 
-def _deletion_vectors(raw: pa.StructArray, location: TableLocation) -> pa.Array:
+def resolved_deletion_vectors(raw: pa.ChunkedArray | pa.StructArray, location: TableLocation
+                              ) -> pa.Array:
+    """Deletion vectors of raw actions as the file table has them, absolute paths resolved."""
+    if isinstance(raw, pa.ChunkedArray):
+        raw = raw.combine_chunks()
     present = raw.is_valid()
     if not pc.any(present).as_py():
         return pa.nulls(len(raw), DV_TYPE)

@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 
 from airflow_provider_delta.core.actions import parse_commit, partition_keys, table_metadata
 from airflow_provider_delta.core.file_table import (
-    CHECKPOINT_FIELDS, empty_raw_actions, json_file_actions, live_adds, raw_checkpoint_actions,
+    CHECKPOINT_FIELDS, empty_raw_actions, json_file_actions, live_adds, raw_checkpoint_adds,
 )
 from airflow_provider_delta.core.model import TableMetadata
 from airflow_provider_delta.core.storage import (
@@ -94,8 +94,9 @@ class FileActions:
     Arrow, and one call per commit would cost more than the parsing on ranges of small
     commits."""
 
-    def __init__(self, location: TableLocation):
+    def __init__(self, location: TableLocation, kinds: tuple[str, ...] = FILE_ACTIONS):
         self.location = location
+        self.kinds = kinds
         self.partition_names: dict[str, None] = {}  # of every metadata seen, in order
         self._commits: list[tuple[int, bytes]] = []
         self._bytes = 0
@@ -125,7 +126,7 @@ class FileActions:
         if not self._commits:
             return
         try:
-            parsed = json_file_actions(self._commits, self.partition_names)
+            parsed = json_file_actions(self._commits, self.partition_names, self.kinds)
         except pa.ArrowException:  # find the commit, parsing them one by one
             parsed = pa.concat_tables([self._one_commit(*commit) for commit in self._commits])
         self._tables.append(parsed)
@@ -133,17 +134,19 @@ class FileActions:
 
     def _one_commit(self, version: int, text: bytes) -> pa.Table:
         try:
-            return json_file_actions([(version, text)], self.partition_names)
+            return json_file_actions([(version, text)], self.partition_names, self.kinds)
         except pa.ArrowException:
             actions = commit_actions(self.location, version, text)  # raises on a damaged line
-            lines = [_normalized_line(a) for a in actions if "add" in a or "remove" in a]
-            return json_file_actions([(version, b"\n".join(lines))], self.partition_names)
+            lines = [_normalized_line(a, self.kinds) for a in actions
+                     if _is_file_action(a, self.kinds)]
+            return json_file_actions([(version, b"\n".join(lines))], self.partition_names,
+                                     self.kinds)
 
 
-def _normalized_line(action: Mapping[str, Any]) -> bytes:
+def _normalized_line(action: Mapping[str, Any], kinds: tuple[str, ...]) -> bytes:
     """A file action as a line with the fields planning reads, typed as Arrow's reader
     expects them."""
-    kind = "add" if "add" in action else "remove"
+    kind = next(kind for kind in kinds if kind in action)
     values = action[kind] or {}
     kept = {"path": values.get("path"), "dataChange": values.get("dataChange", True),
             "size": int(values.get("size") or 0), "stats": values.get("stats"),
@@ -546,7 +549,7 @@ def _checkpoint_adds(parquet: pq.ParquetFile, source: str | bytes, version: int
     def read(group: int) -> pa.Table:
         own = pq.ParquetFile(pa.BufferReader(source) if isinstance(source, bytes) else source)
         adds = own.read_row_group(group, columns=fields, use_threads=False).column("add")
-        return raw_checkpoint_actions(adds.combine_chunks(), version, is_add=True)
+        return raw_checkpoint_adds(adds.combine_chunks(), version)
 
     groups = _row_groups_holding(parquet, "add")
     if len(groups) < 2:

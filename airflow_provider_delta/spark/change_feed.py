@@ -21,16 +21,18 @@ from dataclasses import replace
 from functools import reduce
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, MapType, StructType, VariantType
 
 from airflow_provider_delta.core import plan_change_feed
 from airflow_provider_delta.core.change_feed import (
-    DELETE, INSERT, ChangeFeedPlan, ChangeFile, CommitChanges,
+    CDC, DELETE, INSERT, VECTOR, ChangeFeedPlan, CommitChanges,
 )
-from airflow_provider_delta.core.file_table import objects_file_table
-from airflow_provider_delta.core.model import Plan, PlannedFile, TableMetadata
+from airflow_provider_delta.core.file_table import PLAN_COLUMNS
+from airflow_provider_delta.core.model import DeletionVectorDescriptor, Plan, TableMetadata
 from airflow_provider_delta.core.storage import TableLocation
 from airflow_provider_delta.spark.deletion_vectors import deleted_rows
 from airflow_provider_delta.spark.reader import read_plan
@@ -44,6 +46,7 @@ _CDF_FIELDS = (
     {"name": COMMIT_VERSION, "type": "long", "nullable": True, "metadata": {}},
     {"name": COMMIT_TIMESTAMP, "type": "timestamp", "nullable": True, "metadata": {}},
 )
+_TAGS = (CHANGE_TYPE, COMMIT_VERSION, COMMIT_TIMESTAMP)  # per-file columns beside partitions
 _BALANCE = "__delta_provider_balance"
 _KEY = "__delta_provider_comparable_"
 
@@ -103,62 +106,86 @@ class _FeedReader:
 
     def frames(self, commits: Iterable[CommitChanges]) -> list[DataFrame]:
         """One DataFrame per kind of file present: change data, whole files, vector changes."""
-        cdc, whole, vectors, vector_rows = [], [], [], {}
-        for commit in commits:
-            tags = {
-                COMMIT_VERSION: commit.version,
-                COMMIT_TIMESTAMP: _utc(commit.timestamp_ms),
-            }
-            for change in commit.files:
-                if change.kind == "cdc":
-                    cdc.append(_tagged(change.file, tags))
-                elif change.kind in (INSERT, DELETE):
-                    whole.append(_tagged(change.file, {**tags, CHANGE_TYPE: change.kind}))
-                else:
-                    for kind, rows in self._vector_changes(commit.version, change):
-                        vector_rows[len(vectors)] = rows
-                        untouched = replace(change.file, deletion_vector=None)
-                        vectors.append(_tagged(untouched, {**tags, CHANGE_TYPE: kind}))
+        commits = list(commits)
+        files = _tagged(self.feed.files_of(commits), commits)
+        kind = files.column("kind")
+        cdc = files.filter(pc.equal(kind, CDC))
+        whole = files.filter(pc.is_in(kind, value_set=pa.array([INSERT, DELETE])))
+        vectors, vector_rows = self._vector_changes(files.filter(pc.equal(kind, VECTOR)))
         frames = []
-        if cdc:
+        if len(cdc):
             frames.append(self._read(cdc, tagged=(COMMIT_VERSION, COMMIT_TIMESTAMP)))
-        if whole:
+        if len(whole):
             frames.append(self._read(whole))
-        if vectors:
+        if len(vectors):
             frames.append(self._read(vectors, only_rows=vector_rows))
         return frames
 
-    def _read(self, files, *, tagged=(CHANGE_TYPE, COMMIT_VERSION, COMMIT_TIMESTAMP),
-              only_rows=None) -> DataFrame:
+    def _read(self, files: pa.Table, *, tagged=_TAGS, only_rows=None) -> DataFrame:
         metadata = _with_cdf_columns(self.feed.metadata, tagged)
+        values = files.column("partition_values").combine_chunks()
+        names = [*(n for n in values.type.names if n not in _TAGS), *tagged]
         plan = Plan(
             table_uri=self.feed.table_uri, start_version=self.feed.start_version,
-            end_version=self.feed.end_version, file_table=objects_file_table(files, metadata),
-            metadata=metadata,
+            end_version=self.feed.end_version, metadata=metadata,
+            file_table=files.select(PLAN_COLUMNS).set_column(
+                PLAN_COLUMNS.index("partition_values"), "partition_values",
+                pa.StructArray.from_arrays([values.field(n) for n in names], names=names)),
         )
         return read_plan(self.spark, plan, storage_options=self.storage_options,
                          only_rows=only_rows)
 
-    def _vector_changes(self, version: int, change: ChangeFile) -> list[tuple[str, np.ndarray]]:
-        """Rows the new vector masks and the old did not (deleted), and the reverse (restored)."""
-        new = self._masked(change.file.deletion_vector, version)
-        old = self._masked(change.previous_vector, version)
-        differences = ((DELETE, np.setdiff1d(new, old)), (INSERT, np.setdiff1d(old, new)))
-        return [(kind, rows) for kind, rows in differences if len(rows)]
+    def _vector_changes(self, files: pa.Table) -> tuple[pa.Table, dict[int, np.ndarray]]:
+        """Per vector change, the rows the new vector masks and the old did not (deleted) and
+        the reverse (restored), as entries of the file without its vector."""
+        rows, kinds, only_rows = [], [], {}
+        for index, (version, new, old) in enumerate(zip(
+                files.column("version").to_pylist(), files.column("deletion_vector").to_pylist(),
+                files.column("previous_vector").to_pylist())):
+            new_rows, old_rows = self._masked(new, version), self._masked(old, version)
+            for kind, changed in ((DELETE, np.setdiff1d(new_rows, old_rows)),
+                                  (INSERT, np.setdiff1d(old_rows, new_rows))):
+                if len(changed):
+                    only_rows[len(rows)] = changed
+                    rows.append(index)
+                    kinds.append(kind)
+        entries = files.take(pa.array(rows, pa.int64()))
+        values = entries.column("partition_values").combine_chunks()
+        tags = {name: values.field(name) for name in values.type.names if name != CHANGE_TYPE}
+        untouched = entries.set_column(
+            entries.schema.get_field_index("deletion_vector"), "deletion_vector",
+            pa.nulls(len(entries), entries.schema.field("deletion_vector").type))
+        return untouched.set_column(
+            untouched.schema.get_field_index("partition_values"), "partition_values",
+            pa.StructArray.from_arrays([*tags.values(), pa.array(kinds, pa.string())],
+                                       names=[*tags, CHANGE_TYPE])), only_rows
 
-    def _masked(self, vector, version: int) -> np.ndarray:
-        if vector is None or vector.cardinality == 0:
+    def _masked(self, vector: dict | None, version: int) -> np.ndarray:
+        if vector is None or vector["cardinality"] == 0:
             return np.array([], dtype=np.uint64)
-        return deleted_rows(vector, table_root_uri=self.root, table_uri=self.feed.table_uri,
-                            version=version, storage_options=self.storage_options)
+        return deleted_rows(DeletionVectorDescriptor(**vector), table_root_uri=self.root,
+                            table_uri=self.feed.table_uri, version=version,
+                            storage_options=self.storage_options)
 
 
 def _utc(epoch_ms: int) -> dt.datetime:
     return dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(milliseconds=epoch_ms)
 
 
-def _tagged(file: PlannedFile, tags: dict) -> PlannedFile:
-    return replace(file, partition_values={**file.partition_values, **tags})
+def _tagged(files: pa.Table, commits: list[CommitChanges]) -> pa.Table:
+    """The files with their commit's version and timestamp, and their kind as a change type,
+    beside their partition values (as the reader attaches those to the rows)."""
+    versions = files.column("version").combine_chunks()
+    at = pc.index_in(versions, value_set=pa.array([c.version for c in commits], pa.int64()))
+    times = pa.array([_utc(c.timestamp_ms) for c in commits], pa.timestamp("us", tz="UTC"))
+    values = files.column("partition_values").combine_chunks()
+    tags = {COMMIT_VERSION: versions,
+            COMMIT_TIMESTAMP: times.take(at), CHANGE_TYPE: files.column("kind").combine_chunks()}
+    names = [*values.type.names, *tags]
+    return files.set_column(files.schema.get_field_index("partition_values"), "partition_values",
+                            pa.StructArray.from_arrays(
+                                [*(values.field(n) for n in values.type.names), *tags.values()],
+                                names=names))
 
 
 def _with_cdf_columns(metadata: TableMetadata, tagged: tuple[str, ...]) -> TableMetadata:

@@ -12,11 +12,19 @@ from __future__ import annotations
 import posixpath
 import unicodedata
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 # java.net.URI path characters: unreserved, punctuation allowed in a segment, and "/".
 _PATH_SAFE = frozenset(
     "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.!~*'():@&=+$,;/"
 )
 _GLOB_CHARS = frozenset("{}[]*?\\")
+# A URI Spark spells as it is (but ``scheme:///`` as ``scheme:/``): scheme, authority, then
+# segments of characters java.net.URI leaves alone, none empty, "." or "..".
+_SAFE = r"[A-Za-z0-9\-_.!~*'():@&=+$,;]"
+_SEGMENT = rf"{_SAFE}*[A-Za-z0-9\-_!~*'():@&=+$,;]{_SAFE}*"
+_AS_SPARK_SPELLS_IT = rf"^[A-Za-z][A-Za-z0-9+.\-]*://[A-Za-z0-9\-_.!~*'():@&=+$,;]*(/{_SEGMENT})+$"
 
 
 def spark_file_path(uri: str) -> str:
@@ -27,6 +35,19 @@ def spark_file_path(uri: str) -> str:
     if authority:
         prefix += f"//{authority}"
     return prefix + "".join(_quote_char(c) for c in path)
+
+
+def spark_file_paths(uris: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """:func:`spark_file_path` of every URI, column-wise: only URIs that need quoting or
+    normalising go through Python."""
+    if isinstance(uris, pa.ChunkedArray):
+        uris = uris.combine_chunks()
+    plain = pc.match_substring_regex(uris, _AS_SPARK_SPELLS_IT)
+    spelled = pc.replace_substring_regex(uris, r"^([^:]*):///", r"\1:/")
+    if pc.all(plain).as_py() is not False:
+        return spelled
+    others = [spark_file_path(uri) for uri in uris.filter(pc.invert(plain)).to_pylist()]
+    return pc.replace_with_mask(spelled, pc.invert(plain), pa.array(others, pa.string()))
 
 
 def spark_read_path(uri: str) -> str:

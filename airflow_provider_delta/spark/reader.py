@@ -32,7 +32,7 @@ from airflow_provider_delta.core.model import DeletionVectorDescriptor, Plan, Ta
 from airflow_provider_delta.core.storage import TableLocation
 from airflow_provider_delta.errors import MissingDataFileError
 from airflow_provider_delta.spark.deletion_vectors import deleted_rows
-from airflow_provider_delta.spark.paths import spark_file_path, spark_read_path
+from airflow_provider_delta.spark.paths import spark_file_paths, spark_read_path
 from airflow_provider_delta.spark.schema import (
     logical_schema,
     physical_read_schema,
@@ -208,7 +208,7 @@ def _read_round(
         return rows.select(*columns)
     # A left join plus a guard: a scanned file missing from the files frame fails the query
     # instead of silently losing its rows.
-    frame = _files_frame(spark, metadata, files, paths, positions)
+    frame = _files_frame(spark, metadata, files, positions)
     rows = rows.join(F.broadcast(frame), _FILE, "left")
     if round_deletions:
         rows = rows.join(
@@ -248,8 +248,7 @@ def _serial_listing(spark: SparkSession, enabled: bool) -> Iterator[None]:
 
 
 def _files_frame(
-    spark: SparkSession, metadata: TableMetadata, files: pa.Table, paths: list[str],
-    positions: np.ndarray,
+    spark: SparkSession, metadata: TableMetadata, files: pa.Table, positions: np.ndarray,
 ) -> DataFrame:
     """A small frame: Spark's path of each file, its plan position and its partition values
     (already typed in the file table), handed to Spark as one Arrow table."""
@@ -262,7 +261,7 @@ def _files_frame(
     )
     values = files.column("partition_values").combine_chunks()
     columns = {
-        _FILE: pa.array([spark_file_path(p) for p in paths], pa.string()),
+        _FILE: spark_file_paths(files.column("path")),
         _FILE_ID: pa.array(positions.astype(np.int32)),
         **{field.name: values.field(field.name) for field in partition_fields},
     }

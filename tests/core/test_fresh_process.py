@@ -12,21 +12,23 @@ import textwrap
 import pytest
 
 # every planning path: typed partition values of each type, escaped paths, a classic
-# checkpoint with deletion vectors, a v2 JSON checkpoint, removes and cdc files
+# checkpoint with deletion vectors, a v2 JSON checkpoint, change feeds with cdc files
 _TABLES = ("delta-golden/data-reader-partition-values", "delta-golden/data-reader-escaped-chars",
            "delta-golden/dv-partitioned-with-checkpoint", "delta-golden/v2-checkpoint-json",
            "delta-rs/cdf-table")
 _PLAN_EVERY_WAY = textwrap.dedent("""
     import json, sys
-    from airflow_provider_delta.core import plan_changes, plan_snapshot, split_batches
+    from airflow_provider_delta.core import (
+        plan_change_feed, plan_changes, plan_snapshot, split_batches, split_feed)
 
     files = 0
     for table in json.loads(sys.argv[1]):
         snapshot = plan_snapshot(table)
         changes = plan_changes(table, 0, ignore_changes=True)
+        feed = plan_change_feed(table, 0)
         batches = split_batches(changes, max_files=1, max_bytes=10)
-        files += len(snapshot) + len(changes) + sum(map(len, batches))
-        files += int(snapshot.total_bytes > 0)
+        files += len(snapshot) + len(changes) + len(feed) + sum(map(len, batches))
+        files += sum(map(len, split_feed(feed, max_files=1))) + int(feed.total_bytes > 0)
     print(json.dumps({"files": files, "pandas": "pandas" in sys.modules}))
 """)
 

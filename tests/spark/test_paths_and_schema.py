@@ -15,18 +15,19 @@ from pyspark.sql.types import (
 )
 
 from airflow_provider_delta.core.model import TableMetadata
-from airflow_provider_delta.spark.paths import spark_file_path, spark_read_path
+from airflow_provider_delta.spark.paths import spark_file_path, spark_file_paths, spark_read_path
 from airflow_provider_delta.spark.schema import logical_schema, physical_read_schema
 
 AWKWARD_NAMES = [
     "a b", "p%25q", "x=A%2FA", "é ü", "br[ack]et", "q?x", "h#sh", "c{d}", "st*r",
     "plus+amp&eq=", "tab\tx", "nbsp\u00a0x", "semi;colon:at@", "d'q(p)",
 ]
+PLAIN_NAMES = ["day=2024-01-01", "x.y", "...", "a-b_c~d!e*f'g(h)i@k&l=m+n$o,p;q"]
 
 
 def test_file_path_keys_match_spark_metadata(spark, tmp_path):
     uris = []
-    for index, name in enumerate(AWKWARD_NAMES):
+    for index, name in enumerate(AWKWARD_NAMES + PLAIN_NAMES):
         folder = tmp_path / name
         folder.mkdir()
         pq.write_table(pa.table({"i": [index]}), folder / f"f{index}.parquet")
@@ -39,11 +40,18 @@ def test_file_path_keys_match_spark_metadata(spark, tmp_path):
     assert sorted(r.i for r in rows) == list(range(len(uris)))  # glob characters read literally
     for row in rows:
         assert row.file_path == spark_file_path(uris[row.i])
+    # column-wise: plain paths by Arrow's regexes, the others one by one
+    assert spark_file_paths(pa.array(uris)).to_pylist() == [
+        {r.i: r.file_path for r in rows}[i] for i in range(len(uris))]
 
 
 def test_object_store_keys():
     assert spark_file_path("s3://bucket/t/a b/x.parquet") == "s3://bucket/t/a%20b/x.parquet"
     assert spark_file_path("file:///t//a/./x.parquet") == "file:/t/a/x.parquet"
+    uris = ["s3://bucket/t/a b/x.parquet", "file:///t//a/./x.parquet", "s3://b:9000/t/d=1/x",
+            "file://host/t/x", "file:///t/a/../x", "gs://b/t/", "abfss://c@a.dfs/t/x"]
+    assert spark_file_paths(pa.chunked_array([uris[:3], uris[3:]])).to_pylist() == [
+        spark_file_path(uri) for uri in uris]
 
 
 def _field(name, type_, field_id, physical, nullable=True):
