@@ -20,11 +20,11 @@ import json
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import Schema
 
-from airflow_provider_delta.core.change_feed import DELETE, INSERT, ChangeFeedPlan
-from airflow_provider_delta.core.model import PlannedFile
+from airflow_provider_delta.core.change_feed import CDC, DELETE, INSERT, ChangeFeedPlan
 from airflow_provider_delta.errors import MissingDataFileError
 from airflow_provider_delta.job.merge_sink import CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION
 from airflow_provider_delta.storage import read_range
@@ -49,15 +49,14 @@ def read_feed_on_driver(feed: ChangeFeedPlan, *, storage_options: dict[str, str]
     pieces = []
     try:
         schema = pa.schema([*_data_schema(feed), *_FEED_FIELDS])
-        for commit in feed.commits:
-            stamp = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(
-                milliseconds=commit.timestamp_ms)
-            for change in commit.files:
-                constants = {**change.file.partition_values, COMMIT_VERSION: commit.version,
-                             COMMIT_TIMESTAMP: stamp}
-                if change.kind != "cdc":  # change data files hold it as a column
-                    constants[CHANGE_TYPE] = change.kind
-                pieces.append(_file_rows(feed, change.file, schema, constants, storage_options))
+        stamps = {commit.version: dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+                  + dt.timedelta(milliseconds=commit.timestamp_ms) for commit in feed.commits}
+        for file in feed.file_table.to_pylist():  # a small batch: a few files
+            constants = {**file["partition_values"], COMMIT_VERSION: file["version"],
+                         COMMIT_TIMESTAMP: stamps[file["version"]]}
+            if file["kind"] != CDC:  # change data files hold it as a column
+                constants[CHANGE_TYPE] = file["kind"]
+            pieces.append(_file_rows(feed, file, schema, constants, storage_options))
     except _NeedsSpark:
         return None
     return pa.concat_tables(pieces) if pieces else schema.empty_table()
@@ -68,8 +67,9 @@ def _plain(feed: ChangeFeedPlan) -> bool:
     return (feed.total_bytes <= MAX_BYTES and feed.metadata.column_mapping_mode == "none"
             and not _holds_variant(feed.metadata.schema)
             and all(not commit.net for commit in feed.commits)
-            and all(change.kind in ("cdc", INSERT, DELETE) and change.file.deletion_vector is None
-                    for change in feed.files))
+            and pc.all(pc.is_in(feed.file_table.column("kind"),
+                                value_set=pa.array([CDC, INSERT, DELETE]))).as_py() is not False
+            and feed.file_table.column("deletion_vector").null_count == len(feed))
 
 
 def _holds_variant(delta_type: Any) -> bool:
@@ -90,14 +90,15 @@ def _data_schema(feed: ChangeFeedPlan) -> pa.Schema:
     return pa.schema([field.with_nullable(True) for field in arrow])
 
 
-def _file_rows(feed: ChangeFeedPlan, file: PlannedFile, schema: pa.Schema,
+def _file_rows(feed: ChangeFeedPlan, file: dict[str, Any], schema: pa.Schema,
                constants: dict[str, Any], storage_options: dict[str, str] | None) -> pa.Table:
-    """The file's rows in ``schema``: its columns cast, ``constants`` (partition values and
-    tags) repeated, and nulls for columns the file predates."""
+    """The rows of a file (a row of the feed's file table) in ``schema``: its columns cast,
+    ``constants`` (partition values and tags) repeated, and nulls for columns the file
+    predates."""
     try:
-        data = read_range(file.path, 0, file.size, feed.table_uri, storage_options)
+        data = read_range(file["path"], 0, file["size"], feed.table_uri, storage_options)
     except FileNotFoundError:
-        raise MissingDataFileError(feed.table_uri, file.version, file.path) from None
+        raise MissingDataFileError(feed.table_uri, file["version"], file["path"]) from None
     parquet = pq.ParquetFile(pa.BufferReader(data))
     _refuse_rebased(parquet)
     table = parquet.read()
