@@ -540,9 +540,14 @@ def _first_foreign_file(uri: str, storage_options: dict[str, str] | None) -> str
 
 
 def _arrow_schema(df: DataFrame) -> pa.Schema:
+    """The rows' Arrow schema, timestamps in UTC (as Spark writes them to Parquet)."""
+    import inspect
+
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    return to_arrow_schema(df.schema, timezone="UTC")
+    if "timezone" in inspect.signature(to_arrow_schema).parameters:
+        return to_arrow_schema(df.schema, timezone="UTC")
+    return to_arrow_schema(df.schema)  # pyspark < 4.2: timestamps are always UTC
 
 
 def _delta_schema(df: DataFrame) -> Schema:

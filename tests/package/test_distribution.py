@@ -4,6 +4,7 @@ the entry point Airflow discovers providers by."""
 from __future__ import annotations
 
 import configparser
+import sys
 import tarfile
 import zipfile
 from email.parser import Parser
@@ -60,3 +61,14 @@ def test_sdist_ships_license_notice_and_typing_marker(dist_dir):
     with tarfile.open(path) as archive:
         names = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
     assert {"LICENSE", "NOTICE", "airflow_provider_delta/py.typed", "pyproject.toml"} <= names
+
+
+def test_wheel_declares_only_the_python_versions_the_suite_runs_on(wheel):
+    """Requires-Python starts at the oldest Python listed as a classifier, and the suite runs
+    on exactly the listed versions (CI runs it on this interpreter only)."""
+    metadata = _metadata(wheel)
+    listed = sorted(tuple(int(part) for part in c.rsplit(" :: ", 1)[1].split("."))
+                    for c in metadata.get_all("Classifier")
+                    if c.startswith("Programming Language :: Python :: 3.") and c.count(".") == 1)
+    assert listed == [sys.version_info[:2]]
+    assert metadata["Requires-Python"] == f">={listed[0][0]}.{listed[0][1]}"
