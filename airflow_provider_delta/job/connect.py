@@ -5,17 +5,23 @@ and calls :func:`~airflow_provider_delta.job.driver.run_job` itself, so planning
 sinks and the exactly-once rules are the same code as under ``spark-submit``. Each task gets a
 session of its own (created, never the process's default one), so the confs it sets end with
 it; ``stop()`` releases it on the server; :meth:`ConnectJob.interrupt` cancels its operations.
+
+A Connect client cannot learn where the server's web UI is (its bound port and a host the user
+can reach are not in the protocol), so the session link comes from the user: given the UI's
+address (the connection's extra ``ui_url``), the job reports the page of its own session in
+the UI's Connect tab.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlencode, urlparse
 
 from airflow_provider_delta.errors import SparkConnectError, SparkConnectUnavailableError
 from airflow_provider_delta.job.driver import configure_session, run_job
@@ -38,10 +44,11 @@ _REFUSED = ("UNAUTHENTICATED", "PERMISSION_DENIED")
 class ConnectJob:
     """One task's job on a Spark Connect server; ``interrupt`` may be called from any thread."""
 
-    def __init__(self, url: str, conn_id: str):
+    def __init__(self, url: str, conn_id: str, ui_url: str | None = None):
         self.url = url
         self.conn_id = conn_id
         self.endpoint = urlparse(url).netloc  # host:port, never the token
+        self.ui_url = ui_url  # the server's web UI, as the user reaches it
         self._session: SparkSession | None = None
         self._lock = threading.Lock()
 
@@ -51,12 +58,24 @@ class ConnectJob:
 
         try:
             with _connect_mode(), self._session_for_task(spec, confs or {}) as spark:
-                return run_job(spark, spec)
+                result = run_job(spark, spec)
+                return dataclasses.replace(result, spark_ui_url=self.session_page(spark.session_id))
         except SparkConnectGrpcException as error:
             translated = self._translated(error, spec)
             if translated is None:
                 raise
             raise translated from error
+
+    def session_page(self, session_id: str) -> str | None:
+        """The session's page in the Connect tab of the server's UI (None: no ``ui_url``).
+        The UI finds a session by its id and user id; without a user id, the tab itself."""
+        if not self.ui_url:
+            return None
+        tab = f"{self.ui_url.rstrip('/')}/connect/"
+        user_id = _client_user_id(self.url)
+        if not user_id:
+            return tab
+        return f"{tab}session/?{urlencode({'id': session_id, 'userId': user_id})}"
 
     def interrupt(self) -> None:
         """Cancel every running operation of the task's session (its only user)."""
@@ -118,6 +137,15 @@ class ConnectJob:
                 table_uri=spec.table_uri,
             )
         return None
+
+
+def _client_user_id(url: str) -> str | None:
+    """The user id the Connect client sends: the URL's ``user_id`` (the connection's login),
+    else ``SPARK_USER`` or ``USER``, as pyspark's client chooses it."""
+    params = dict(part.split("=", 1) for part in urlparse(url).path.split(";")[1:] if "=" in part)
+    if params.get("user_id"):
+        return unquote(params["user_id"])
+    return os.getenv("SPARK_USER", os.getenv("USER"))
 
 
 def _fail_fast(session: SparkSession) -> None:

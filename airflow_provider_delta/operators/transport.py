@@ -1,9 +1,10 @@
 """Which transport runs a load: ``spark-submit``, or Spark Connect for a ``spark_connect`` conn_id.
 
 The Spark Connect URL comes from the Spark provider's :class:`SparkConnectHook` (host, port,
-token, user id, TLS); its token is registered with the secrets masker before anything can log
-it. Options that only mean something to ``spark-submit`` (they ship code, files or environment
-to a driver process that does not exist here) are refused rather than silently ignored.
+token, user id, TLS), the server's web UI from the connection's extra ``ui_url``; the token is
+registered with the secrets masker before anything can log it. Options that only mean
+something to ``spark-submit`` (they ship code, files or environment to a driver process that
+does not exist here) are refused rather than silently ignored.
 
 Where ``spark-submit`` puts the driver (:class:`SubmitTarget`) is read from the ``spark``
 connection's documented fields, not from the Spark provider's private hook state.
@@ -43,7 +44,8 @@ def connect_job(conn_id: str) -> ConnectJob | None:
 
         mask_secret(connection.password)
         mask_secret(quote(connection.password))  # as it appears inside the URL
-    return ConnectJob(SparkConnectHook(conn_id).get_connection_url(), conn_id)
+    return ConnectJob(SparkConnectHook(conn_id).get_connection_url(), conn_id,
+                      ui_url=connection.extra_dejson.get("ui_url"))
 
 
 def refuse_spark_submit_options(operator: Any, conn_id: str, spec: JobSpec) -> None:
