@@ -40,7 +40,7 @@ def to_numpy(array: pa.Array | pa.ChunkedArray) -> np.ndarray:
         bits = np.unpackbits(np.frombuffer(data, np.uint8), bitorder="little",
                              count=array.offset + len(array))
         return bits[array.offset:].astype(bool)
-    dtype = np.dtype(array.type.to_pandas_dtype())
+    dtype = _numpy_dtype(array.type)
     if data is None:
         return np.zeros(0, dtype)
     return np.frombuffer(data, dtype, count=len(array), offset=array.offset * dtype.itemsize)
@@ -68,6 +68,18 @@ def scalar(value: str | int | bool) -> pa.Scalar:
     if isinstance(value, str):
         return strings([value])[0]
     return from_numpy(np.array([value], _BOOL if isinstance(value, bool) else np.int64))[0]
+
+
+def _numpy_dtype(arrow_type: pa.DataType) -> np.dtype:
+    """The NumPy dtype of an integer or float type (``to_pandas_dtype`` imports pandas on
+    pyarrow 18)."""
+    if pa.types.is_signed_integer(arrow_type):
+        return np.dtype(f"int{arrow_type.bit_width}")
+    if pa.types.is_unsigned_integer(arrow_type):
+        return np.dtype(f"uint{arrow_type.bit_width}")
+    if pa.types.is_floating(arrow_type):
+        return np.dtype(f"float{arrow_type.bit_width}")
+    raise TypeError(f"no NumPy view of Arrow type {arrow_type}")
 
 
 def _bits(flags: np.ndarray) -> pa.Buffer:
