@@ -10,7 +10,7 @@ from pathlib import Path
 
 import obstore
 
-from airflow_provider_delta.core.storage import TableLocation
+from airflow_provider_delta.core.delta_log import TableLocation
 
 BUCKET = "bench"
 

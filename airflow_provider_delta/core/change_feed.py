@@ -39,7 +39,7 @@ from airflow_provider_delta.core.protocol import check_protocol
 from airflow_provider_delta.core.replay import (
     FileActions, SplitCommit, earliest_recreatable, raise_unreadable, read_commits, replay,
 )
-from airflow_provider_delta.core.storage import TableLocation
+from airflow_provider_delta.core.delta_log import TableLocation
 from airflow_provider_delta.core.versions import CommitTimes, commit_entries, newest_version
 from airflow_provider_delta.errors import VersionNotAvailableError
 

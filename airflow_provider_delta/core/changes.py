@@ -21,7 +21,7 @@ from airflow_provider_delta.core.replay import (
     FileActions, LogState, SplitCommit, earliest_recreatable, raise_unreadable,
     read_commits, replay,
 )
-from airflow_provider_delta.core.storage import TableLocation
+from airflow_provider_delta.core.delta_log import TableLocation
 from airflow_provider_delta.core.versions import newest_version
 from airflow_provider_delta.errors import DataChangeError, LogGapError, VersionNotAvailableError
 

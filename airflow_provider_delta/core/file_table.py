@@ -30,7 +30,7 @@ from airflow_provider_delta.core.actions import (
 )
 from airflow_provider_delta.core.arrow import from_numpy, full, scalar, strings, to_numpy
 from airflow_provider_delta.core.model import TableMetadata
-from airflow_provider_delta.core.storage import TableLocation
+from airflow_provider_delta.core.delta_log import TableLocation
 
 RAW_DV_TYPE = pa.struct([
     ("storageType", pa.string()), ("pathOrInlineDv", pa.string()), ("offset", pa.int64()),

@@ -8,7 +8,7 @@ from typing import TypedDict
 from airflow_provider_delta.core.actions import table_metadata
 from airflow_provider_delta.core.protocol import check_protocol
 from airflow_provider_delta.core.replay import commit_actions, replay
-from airflow_provider_delta.core.storage import TableLocation
+from airflow_provider_delta.core.delta_log import TableLocation
 from airflow_provider_delta.core.versions import in_commit_timestamp, newest_version
 from airflow_provider_delta.errors import VersionNotAvailableError
 

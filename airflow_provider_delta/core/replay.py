@@ -27,7 +27,7 @@ from airflow_provider_delta.core.file_table import (
     CHECKPOINT_FIELDS, empty_raw_actions, json_file_actions, live_adds, raw_checkpoint_adds,
 )
 from airflow_provider_delta.core.model import TableMetadata
-from airflow_provider_delta.core.storage import (
+from airflow_provider_delta.core.delta_log import (
     CheckpointFile, LogEntry, TableLocation, commit_name,
 )
 from airflow_provider_delta.errors import (

@@ -11,7 +11,7 @@ from airflow_provider_delta.core.file_table import file_table
 from airflow_provider_delta.core.model import Plan
 from airflow_provider_delta.core.protocol import check_protocol
 from airflow_provider_delta.core.replay import replay
-from airflow_provider_delta.core.storage import TableLocation
+from airflow_provider_delta.core.delta_log import TableLocation
 from airflow_provider_delta.core.versions import newest_version, version_at
 
 log = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ import logging
 from airflow_provider_delta.core.actions import parse_datetime
 from airflow_provider_delta.core.protocol import check_protocol
 from airflow_provider_delta.core.replay import earliest_recreatable, read_commit, replay
-from airflow_provider_delta.core.storage import LogEntry, TableLocation
+from airflow_provider_delta.core.delta_log import LogEntry, TableLocation
 from airflow_provider_delta.errors import (
     InvalidLogError, LogGapError, TableNotFoundError, VersionNotAvailableError,
 )

@@ -30,7 +30,7 @@ from airflow_provider_delta.job.arrow_feed import read_feed_on_driver
 from airflow_provider_delta.job.merge_sink import FEED_COLUMNS, DeltaMergeSink
 from airflow_provider_delta.job.sinks import Sink, make_sink
 from airflow_provider_delta.job.spec import BatchResult, JobResult, JobSpec
-from airflow_provider_delta.job.storage import spark_conf_from, with_credentials_from
+from airflow_provider_delta.job.credentials import spark_conf_from, with_credentials_from
 from airflow_provider_delta.spark import read_plan
 from airflow_provider_delta.spark.change_feed import read_feed, snapshot_as_inserts
 from airflow_provider_delta.storage import read_text, write_text

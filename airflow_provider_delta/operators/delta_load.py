@@ -51,7 +51,7 @@ from airflow_provider_delta.job import driver
 from airflow_provider_delta.job.connect import ConnectJob
 from airflow_provider_delta.job.sinks import make_sink, normalised_location
 from airflow_provider_delta.job.spec import JobResult, JobSpec, SinkSpec, stable_app_id
-from airflow_provider_delta.job.storage import (
+from airflow_provider_delta.job.credentials import (
     credential_entries,
     credentials_env,
     without_credential_entries,

@@ -33,7 +33,7 @@ from airflow_provider_delta.core.change_feed import (
 )
 from airflow_provider_delta.core.file_table import PLAN_COLUMNS
 from airflow_provider_delta.core.model import DeletionVectorDescriptor, Plan, TableMetadata
-from airflow_provider_delta.core.storage import TableLocation
+from airflow_provider_delta.core.delta_log import TableLocation
 from airflow_provider_delta.spark.deletion_vectors import deleted_rows
 from airflow_provider_delta.spark.reader import read_plan
 from airflow_provider_delta.spark.schema import logical_schema, quoted

@@ -29,7 +29,7 @@ from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
 from airflow_provider_delta.core import plan_changes, plan_snapshot
 from airflow_provider_delta.core.model import DeletionVectorDescriptor, Plan, TableMetadata
-from airflow_provider_delta.core.storage import TableLocation
+from airflow_provider_delta.core.delta_log import TableLocation
 from airflow_provider_delta.errors import MissingDataFileError
 from airflow_provider_delta.spark.deletion_vectors import deleted_rows
 from airflow_provider_delta.spark.paths import spark_file_paths, spark_read_path

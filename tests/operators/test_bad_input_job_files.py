@@ -243,7 +243,7 @@ def _rendered(task_instance) -> dict:
 
 
 def test_the_driver_gets_back_every_credential_kept_out_of_the_spec(tmp_path):
-    from airflow_provider_delta.job.storage import (
+    from airflow_provider_delta.job.credentials import (
         credentials_env, spark_conf_from, with_credentials_from, without_credentials)
 
     load = DeltaIncrementalOperator(
@@ -277,6 +277,6 @@ def test_the_driver_gets_back_every_credential_kept_out_of_the_spec(tmp_path):
     ("mergeSchema", False),
 ])
 def test_credential_keys_are_told_from_settings(key, holds_a_credential):
-    from airflow_provider_delta.job.storage import is_credential_key
+    from airflow_provider_delta.job.credentials import is_credential_key
 
     assert is_credential_key(key) is holds_a_credential

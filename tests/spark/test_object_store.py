@@ -10,7 +10,7 @@ import obstore
 import pytest
 
 from airflow_provider_delta.core import plan_snapshot
-from airflow_provider_delta.core.storage import TableLocation
+from airflow_provider_delta.core.delta_log import TableLocation
 from airflow_provider_delta.errors import MissingDataFileError
 from airflow_provider_delta.spark.deletion_vectors import deleted_rows
 from airflow_provider_delta.storage import missing_files
