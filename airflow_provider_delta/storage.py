@@ -20,6 +20,7 @@ from functools import lru_cache
 import obstore
 from obstore.store import ObjectStore, from_url
 
+from airflow_provider_delta.credential_keys import credential_key_names
 from airflow_provider_delta.errors import (
     DeltaProviderError, StorageAccessError, StorageLocationError, TableNotFoundError,
     TransientStorageError,
@@ -44,7 +45,6 @@ _STORE_CODE = re.compile(r"<Code>([^<]+)</Code>")
 _RETRYABLE_CLIENT_STATUS = {408, 429}  # request timeout, throttling
 # The HTTP client refused to build the request (e.g. an http:// endpoint with allow_http off).
 _REQUEST_NOT_BUILT = "kind: Builder"
-_CREDENTIAL_WORDS = ("key", "secret", "token", "password", "sas", "credential", "service_account")
 _HEAD_THREADS = 16  # object-store HEAD requests are latency-bound
 
 StorageOptions = dict[str, str] | None
@@ -183,8 +183,7 @@ def short_message(exc: Exception) -> str:
 def _credentials(storage_options: StorageOptions) -> str:
     """Which credentials were used: by connection id where known, by option name (never by
     value)."""
-    given = sorted(k for k in storage_options or {}
-                   if any(word in k.lower() for word in _CREDENTIAL_WORDS))
+    given = credential_key_names(storage_options)
     if isinstance(storage_options, ConnectionStorageOptions):
         held = f"its {', '.join(given)}" if given else "no keys, so the environment's are used"
         return (f"the credentials of Airflow connection {storage_options.conn_id!r} (type "

@@ -14,7 +14,9 @@ fields each is read by. ``delta`` connection fields:
   passed through unchanged (they win over the fields above), and ``location``: the bucket,
   folder or table URI that the UI's Test button lists.
 
-Secrets are registered with Airflow's secrets masker, so they never show in task logs; the
+Secrets are registered with Airflow's secrets masker by value (:func:`mask_credentials`: the
+values of every key :func:`~airflow_provider_delta.credential_keys.is_credential_key` calls a
+credential, whatever Airflow's own name heuristic says), so they never show in task logs; the
 options are built at run time from the connection and are never a template field, so they
 are never rendered or serialized with a DAG. A store that refuses them (HTTP 401/403) fails
 with a :class:`~airflow_provider_delta.errors.StorageAccessError` naming the connection.
@@ -22,19 +24,35 @@ with a :class:`~airflow_provider_delta.errors.StorageAccessError` naming the con
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from airflow.providers.common.compat.sdk import mask_secret
 from airflow.sdk import BaseHook
 
+from airflow_provider_delta.credential_keys import secret_forms
 from airflow_provider_delta.errors import DeltaProviderError, TransientStorageError
 from airflow_provider_delta.get_provider_info import CONNECTION_FORM
-from airflow_provider_delta.hooks.storage_options import (
-    secret_options,
-    storage_options_from_connection,
-)
+from airflow_provider_delta.hooks.storage_options import storage_options_from_connection
 from airflow_provider_delta.storage import ConnectionStorageOptions, holds_delta_log
 
-__all__ = ["DeltaHook", "storage_options_from_connection"]
+__all__ = ["DeltaHook", "mask_credentials", "storage_options_from_connection"]
+
+
+def mask_credentials(*options: Mapping[str, Any] | None) -> None:
+    """Register every credential of ``options`` with Airflow's secrets masker, by value (a
+    name-based registration skips keys Airflow does not know, such as ``account_key``)."""
+    for option_map in options:
+        for secret in secret_forms(option_map):
+            mask_secret(secret)
+
+
+async def amask_credentials(options: Mapping[str, Any]) -> None:
+    """:func:`mask_credentials` from a trigger's event loop (never blocks it)."""
+    from airflow.sdk.log import amask_secret
+
+    for secret in secret_forms(options):
+        await amask_secret(secret)
 
 
 class DeltaHook(BaseHook):
@@ -64,20 +82,14 @@ class DeltaHook(BaseHook):
 
     def get_storage_options(self) -> ConnectionStorageOptions:
         """The connection as object_store ``storage_options`` (secrets masked in logs)."""
-        from airflow.sdk.log import mask_secret
-
         options = storage_options_from_connection(self.get_connection(self.delta_conn_id))
-        for key, secret in secret_options(options):
-            mask_secret(secret, name=key)
+        mask_credentials(options)
         return options
 
     async def aget_storage_options(self) -> ConnectionStorageOptions:
         """Async twin of :meth:`get_storage_options`, for triggers (never blocks the loop)."""
-        from airflow.sdk.log import amask_secret
-
         options = storage_options_from_connection(await self.aget_connection(self.delta_conn_id))
-        for key, secret in secret_options(options):
-            await amask_secret(secret, name=key)
+        await amask_credentials(options)
         return options
 
     def test_connection(self, location: str | None = None) -> tuple[bool, str]:

@@ -21,19 +21,6 @@ from airflow_provider_delta.storage import ConnectionStorageOptions
 if TYPE_CHECKING:
     from airflow.sdk import Connection
 
-# Keys whose values must never appear in logs.
-SECRET_OPTION_KEYS = frozenset(
-    {
-        "AWS_SECRET_ACCESS_KEY",
-        "AWS_SESSION_TOKEN",
-        "AZURE_STORAGE_ACCOUNT_KEY",
-        "AZURE_STORAGE_SAS_KEY",
-        "AZURE_STORAGE_TOKEN",
-        "AZURE_STORAGE_CLIENT_SECRET",
-        "GOOGLE_SERVICE_ACCOUNT_KEY",
-    }
-)
-
 # Extras of the cloud connections that object_store has no equivalent for.
 _UNSUPPORTED_EXTRAS = {
     "aws": ("role_arn", "profile_name"),
@@ -56,11 +43,6 @@ def storage_options_from_connection(conn: Connection) -> ConnectionStorageOption
     options = {key: str(value) for key, value in build(conn, extra).items()
                if value not in (None, "")}
     return ConnectionStorageOptions(options, conn.conn_id, conn.conn_type)
-
-
-def secret_options(options: dict[str, str]) -> list[tuple[str, str]]:
-    """The (key, value) pairs of ``options`` that must never show in logs."""
-    return [(key, value) for key, value in options.items() if key in SECRET_OPTION_KEYS]
 
 
 # -- delta: our own connection type ------------------------------------------------------

@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlencode, urlparse
 
+from airflow_provider_delta.credential_keys import with_sql_options_redaction
 from airflow_provider_delta.errors import SparkConnectError, SparkConnectUnavailableError
 from airflow_provider_delta.job.driver import configure_session, run_job
 from airflow_provider_delta.job.spec import JobResult, JobSpec
@@ -108,10 +109,12 @@ class ConnectJob:
             session.stop()  # releases the session and its confs on the server
 
     def _configure(self, session: SparkSession, spec: JobSpec, confs: Mapping[str, str]) -> None:
-        """The task's confs, then the job's own (UTC): the first calls to the server."""
+        """The task's confs, then the job's own (UTC): the first calls to the server. The
+        first is the SQL options redaction: a session cannot set ``spark.redaction.regex``,
+        but this one hides the session's credential confs and writer options in the UI."""
         from pyspark.errors import AnalysisException
 
-        for key, value in confs.items():
+        for key, value in with_sql_options_redaction(confs).items():
             try:
                 session.conf.set(key, value)
             except AnalysisException as error:

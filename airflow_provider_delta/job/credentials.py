@@ -1,45 +1,24 @@
 """The credentials' trip to the driver: through its environment, never in a job file or on a
 command line. Credentials are the storage options, and the entries of the sink's options and
-of the Spark conf whose keys name a credential (:func:`is_credential_key`).
+of the Spark conf whose keys name a credential
+(:func:`~airflow_provider_delta.credential_keys.is_credential_key`).
 
 URIs, stores and file access are in :mod:`airflow_provider_delta.storage`."""
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
+
+from airflow_provider_delta.credential_keys import credential_entries, without_credential_entries
 
 if TYPE_CHECKING:
     from airflow_provider_delta.job.spec import JobSpec
 
 # The environment variable of the spark-submit process that carries the credentials.
 CREDENTIALS_ENV = "AIRFLOW_PROVIDER_DELTA_CREDENTIALS"
-# Spark's own spark.redaction.regex, plus the names object stores give their keys
-# (fs.azure.account.key.*, fs.s3a.access.key, aws_secret_access_key, sas tokens, key files).
-_CREDENTIAL_KEY = re.compile(
-    r"secret|password|passwd|token|private[._-]?key|(^|[._-])(key|keyfile|sas)([._-]|$)",
-    re.IGNORECASE)
-# Settings that name how credentials are found (a class, a kind), not a credential.
-_CREDENTIAL_SETTING = re.compile(r"[._-](provider|type|class|impl)$", re.IGNORECASE)
-
-
-def is_credential_key(key: str) -> bool:
-    """Whether an option or conf named ``key`` holds a credential."""
-    return bool(_CREDENTIAL_KEY.search(key)) and not _CREDENTIAL_SETTING.search(key)
-
-
-def credential_entries(options: Mapping[str, Any] | None) -> dict[str, str]:
-    """The entries of ``options`` that hold credentials, as strings."""
-    return {key: str(value) for key, value in (options or {}).items()
-            if is_credential_key(key)}
-
-
-def without_credential_entries(options: Mapping[str, Any] | None) -> dict[str, Any]:
-    """``options`` without the entries that hold credentials."""
-    return {key: value for key, value in (options or {}).items() if not is_credential_key(key)}
 
 
 def credentials_env(spec: JobSpec, spark_conf: Mapping[str, Any] | None) -> dict[str, str]:

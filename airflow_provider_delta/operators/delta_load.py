@@ -46,17 +46,13 @@ except ModuleNotFoundError as missing:
 from airflow_provider_delta import core
 from airflow_provider_delta.core.probe import VersionProbe
 from airflow_provider_delta.errors import InvalidParameterError
-from airflow_provider_delta.hooks.delta import DeltaHook
+from airflow_provider_delta.hooks.delta import DeltaHook, mask_credentials
 from airflow_provider_delta.job import driver
 from airflow_provider_delta.job.connect import ConnectJob
 from airflow_provider_delta.job.sinks import make_sink, normalised_location
 from airflow_provider_delta.job.spec import JobResult, JobSpec, SinkSpec, stable_app_id
-from airflow_provider_delta.job.credentials import (
-    credential_entries,
-    credentials_env,
-    without_credential_entries,
-    without_credentials,
-)
+from airflow_provider_delta.credential_keys import credential_key_names, with_redaction
+from airflow_provider_delta.job.credentials import credentials_env, without_credentials
 from airflow_provider_delta.operators import parameters
 from airflow_provider_delta.operators.links import SparkUILink
 from airflow_provider_delta.operators.transport import (
@@ -180,20 +176,18 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
 
     def mask_credentials(self) -> None:
         """Register the credentials of ``conf``, ``sink_options`` and ``storage_options`` with
-        Airflow's secrets masker (those of ``delta_conn_id`` are masked by the hook)."""
-        from airflow.sdk.log import mask_secret
-
-        for options in (self.conf, self.sink_options, self.storage_options):
-            if isinstance(options, dict):
-                for key, value in credential_entries(options).items():
-                    mask_secret(value)  # a name Airflow does not know would skip it
+        Airflow's secrets masker (those of ``delta_conn_id`` are masked by the hook); a
+        template that rendered to the text of a dict is read as that dict first."""
+        mask_credentials(*(parameters.rendered_mapping(options) for options in
+                           (self.conf, self.sink_options, self.storage_options)))
 
     def check_rendered(self) -> None:
         """Check the templated parameters again on their rendered values, at task start."""
         where = {"task_id": self.task_id, "table_uri": self.table_uri}
         parameters.sink_kind(self.sink, self.target, **where)
         for name, check in (("partition_by", parameters.column_names),
-                            ("sink_options", parameters.string_map)):
+                            ("sink_options", parameters.string_map),
+                            ("conf", parameters.string_map)):
             value = check(getattr(self, name), name, **where)
             if parameters.is_templated(value):
                 raise InvalidParameterError(self.task_id, name, value, "was not rendered",
@@ -354,7 +348,7 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
         # Set for this submission only: the credentials never reach a rendered field, and
         # those of conf go through the environment, not the command line.
         self.env_vars = self._driver_env(spec)
-        self.conf = without_credential_entries(self.conf)
+        self.conf = with_redaction(self.conf)
         try:
             super().execute(context)
         finally:
@@ -422,13 +416,13 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
         if target.driver_runs_here and not target.env_goes_on_command_line:
             env.update(credentials_env(spec, self.conf))
         elif (spec.storage_options or spec.sink.storage_options
-              or credential_entries(spec.sink.options) or credential_entries(self.conf)):
+              or credential_key_names({**spec.sink.options, **(self.conf or {})})):
             self.log.warning("%s: the storage options and the credentials in conf and "
                              "sink_options (%s) are not sent to a driver on %s (only its "
                              "command line could carry them); give the cluster its own "
                              "credentials for the table and the target", self.table_uri,
-                             sorted({**credential_entries(spec.sink.options),
-                                     **credential_entries(self.conf)}), target.master)
+                             credential_key_names({**spec.sink.options, **(self.conf or {})}),
+                             target.master)
         return env or None
 
     def finish(self, context: Context, result: JobResult) -> dict[str, Any]:

@@ -78,6 +78,13 @@ def string_map(value: Mapping[str, object] | str | None, parameter: str, *, task
             for key, option in value.items()}
 
 
+def rendered_mapping(value: object) -> Mapping[str, object] | None:
+    """A mapping parameter as rendered: the mapping, or the one its text holds (None: neither)."""
+    if isinstance(value, str):
+        value = _literal(value)
+    return value if isinstance(value, Mapping) else None
+
+
 def _literal(text: str) -> object:
     """A list or dict written as JSON or as Python's text form; None if it is neither."""
     try:

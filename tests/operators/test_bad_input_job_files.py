@@ -215,6 +215,9 @@ def test_credentials_stay_off_a_yarn_command_line(recorded_command_lines, s3_opt
 
     (command,) = recorded_command_lines.read_text().splitlines()
     assert "--master yarn" in command and SECRET not in command
+    # The cluster's own credentials (spark-defaults) are hidden in its driver's UI too.
+    assert "--conf spark.redaction.regex=(?i)secret|password|token|access[.]?key|credential|" \
+        in command
     assert list(private_tmp.iterdir()) == []
 
 
@@ -277,6 +280,6 @@ def test_the_driver_gets_back_every_credential_kept_out_of_the_spec(tmp_path):
     ("mergeSchema", False),
 ])
 def test_credential_keys_are_told_from_settings(key, holds_a_credential):
-    from airflow_provider_delta.job.credentials import is_credential_key
+    from airflow_provider_delta.credential_keys import is_credential_key
 
     assert is_credential_key(key) is holds_a_credential
