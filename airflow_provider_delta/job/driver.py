@@ -27,8 +27,8 @@ from airflow_provider_delta.core import (
 from airflow_provider_delta.core.model import Plan
 from airflow_provider_delta.errors import InvalidParameterError
 from airflow_provider_delta.job.arrow_feed import read_feed_on_driver
-from airflow_provider_delta.job.merge_sink import FEED_COLUMNS, DeltaMergeSink
-from airflow_provider_delta.job.sinks import Sink, make_sink
+from airflow_provider_delta.job.sinks import DeltaMergeSink, Sink, make_sink
+from airflow_provider_delta.job.sinks.delta_merge import FEED_COLUMNS
 from airflow_provider_delta.job.spec import BatchResult, JobResult, JobSpec
 from airflow_provider_delta.job.credentials import spark_conf_from, with_credentials_from
 from airflow_provider_delta.spark import read_plan

@@ -49,7 +49,8 @@ from airflow_provider_delta.errors import InvalidParameterError
 from airflow_provider_delta.hooks.delta import DeltaHook, mask_credentials
 from airflow_provider_delta.job import driver
 from airflow_provider_delta.job.connect import ConnectJob
-from airflow_provider_delta.job.sinks import make_sink, normalised_location
+from airflow_provider_delta.job.sinks import make_sink
+from airflow_provider_delta.job.sinks.targets import normalised_location
 from airflow_provider_delta.job.spec import JobResult, JobSpec, SinkSpec, stable_app_id
 from airflow_provider_delta.credential_keys import credential_key_names, with_redaction
 from airflow_provider_delta.job.credentials import credentials_env, without_credentials

@@ -24,8 +24,7 @@ from deltalake import DeltaTable, QueryBuilder, write_deltalake
 
 from airflow_provider_delta.errors import DeltaProviderError, InvalidParameterError
 from airflow_provider_delta.job.driver import run_job
-from airflow_provider_delta.job.merge_sink import DeltaMergeSink
-from airflow_provider_delta.job.sinks import DeltaAppendSink
+from airflow_provider_delta.job.sinks import DeltaAppendSink, DeltaMergeSink
 from airflow_provider_delta.job.spec import JobSpec
 from airflow_provider_delta.operators import DeltaIncrementalOperator, DeltaTimeTravelOperator
 from airflow_provider_delta.spark import read_change_feed

@@ -12,7 +12,7 @@ from deltalake import DeltaTable, write_deltalake
 
 from airflow_provider_delta.errors import MergeInputError, SinkSchemaMismatchError
 from airflow_provider_delta.job.driver import run_job
-from airflow_provider_delta.job.merge_sink import DeltaMergeSink
+from airflow_provider_delta.job.sinks import DeltaMergeSink
 from airflow_provider_delta.job.spec import JobSpec, SinkSpec
 from airflow_provider_delta.spark import read_change_feed
 from tests.spark.test_change_feed import CDF_ON, write_changes

@@ -10,7 +10,8 @@ import pytest
 from deltalake import DeltaTable
 
 from airflow_provider_delta.errors import SinkSchemaMismatchError
-from airflow_provider_delta.job.sinks import STAGING_FOLDER, DeltaAppendSink, FormatSink
+from airflow_provider_delta.job.sinks import DeltaAppendSink, FormatSink
+from airflow_provider_delta.job.sinks.targets import STAGING_FOLDER
 from airflow_provider_delta.job.spec import SinkSpec
 
 from .conftest import delta_rows

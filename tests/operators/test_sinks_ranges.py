@@ -12,7 +12,8 @@ from deltalake.transaction import CommitProperties, Transaction
 
 from airflow_provider_delta.errors import SinkRangeOverlapError, SinkWriterOverlapError
 from airflow_provider_delta.job.driver import run_job
-from airflow_provider_delta.job.sinks import STAGING_FOLDER, DeltaAppendSink
+from airflow_provider_delta.job.sinks import DeltaAppendSink
+from airflow_provider_delta.job.sinks.targets import STAGING_FOLDER
 from airflow_provider_delta.job.spec import JobSpec
 from airflow_provider_delta.operators import DeltaIncrementalOperator
 

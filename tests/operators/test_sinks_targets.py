@@ -13,7 +13,8 @@ import pytest
 from deltalake import DeltaTable
 
 from airflow_provider_delta.errors import SinkTargetError
-from airflow_provider_delta.job.sinks import STAGING_FOLDER, make_sink
+from airflow_provider_delta.job.sinks import make_sink
+from airflow_provider_delta.job.sinks.targets import STAGING_FOLDER
 from airflow_provider_delta.operators import DeltaIncrementalOperator
 
 from .conftest import delta_rows

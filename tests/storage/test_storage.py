@@ -9,7 +9,7 @@ from deltalake import DeltaTable, QueryBuilder, write_deltalake
 
 from airflow_provider_delta.core import plan_snapshot
 from airflow_provider_delta.errors import StorageAccessError
-from airflow_provider_delta.job.sinks import written_parquet_files
+from airflow_provider_delta.job.sinks.written_files import written_parquet_files
 from airflow_provider_delta.spark.deletion_vectors import deleted_rows
 from airflow_provider_delta.spark.reader import check_files_exist
 from tests.conftest import S3_BUCKET, S3_SECRET

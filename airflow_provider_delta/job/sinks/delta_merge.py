@@ -5,8 +5,9 @@ one commit the new image over the old (``update_postimage`` and ``insert`` over 
 ``update_preimage``). A last change that is a new image is upserted, one that is an old image
 deletes the key. The batch is one ``deltalake`` MERGE whose commit carries the ``txn`` action
 (appId, the batch's last source version): a re-run after a crash finds the batch committed, or
-not at all, and never applies it twice. The MERGE reads only the target files whose key
-range (file statistics) or partition values can hold a changed key.
+not at all, and never applies it twice (the txn and the rules on it: :mod:`.target_log`).
+The MERGE reads only the target files whose key range (file statistics) or partition values
+can hold a changed key.
 
 Refused before anything is written: key columns missing from the rows, null keys, two new
 images of one key in one commit, rows without the change feed's columns, and rows whose data
@@ -26,8 +27,12 @@ from deltalake.exceptions import DeltaError
 from deltalake.transaction import CommitProperties
 
 from airflow_provider_delta.errors import MergeInputError
-from airflow_provider_delta.job.sinks import DeltaAppendSink, SinkWrite
+from airflow_provider_delta.job.sinks.base import Sink, SinkWrite
+from airflow_provider_delta.job.sinks.delta_schema import add_new_columns, check_rows, check_schema
+from airflow_provider_delta.job.sinks.target_log import TargetLog, open_target, require_app_id
+from airflow_provider_delta.job.sinks.targets import refuse_delta_target, refuse_source_table_id
 from airflow_provider_delta.job.spec import SinkSpec
+from airflow_provider_delta.storage import to_uri
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -44,20 +49,26 @@ _OPERATION = "__delta_provider_merge_operation"
 _UPSERT, _DELETE = "upsert", "delete"
 
 
-class DeltaMergeSink(DeltaAppendSink):
-    """Keep a Delta table equal to its source by applying the source's change feed."""
+class DeltaMergeSink(Sink):
+    """Keep a Delta table equal to its source by applying the source's change feed.
+
+    The target is opened once per job and brought up to date (reading only the commits since
+    the last look) before each question on its log and each merge.
+    """
 
     def __init__(self, spec: SinkSpec):
-        super().__init__(spec)
+        require_app_id(spec)
+        self.spec = spec
+        self.uri = to_uri(spec.path)
         self.keys = list(spec.merge_keys)
         self._target: DeltaTable | None = None
         self._resume_looked_up_at: int | None = None  # target version first_unwritten read
 
     def _table(self) -> DeltaTable | None:
-        """The target, opened once per job (checks of its id and schema need no newer
-        version; the txn check before each merge brings it up to date)."""
+        """The target as last opened or updated (checks of its id and schema need no newer
+        version)."""
         if self._target is None:
-            self._target = super()._table()
+            self._target = open_target(self.uri, self.spec.storage_options)
         return self._target
 
     def _latest_table(self) -> DeltaTable | None:
@@ -66,26 +77,41 @@ class DeltaMergeSink(DeltaAppendSink):
             self._target.update_incremental()
         return self._table()
 
+    def _log(self) -> TargetLog:
+        return TargetLog(self.spec, self._latest_table())
+
+    def committed_version(self) -> int | None:
+        return self._log().committed_version()
+
+    def held_through(self, first: int | None) -> int | None:
+        return self._log().held_through(first)
+
     def first_unwritten(self, start: int, end: int | None) -> int:
         table = self._latest_table()
         self._resume_looked_up_at = None if table is None else table.version()
-        return self._first_unwritten_in(table, start, end)
+        return TargetLog(self.spec, table).first_unwritten(start, end)
 
     def _committed_by_another_run(self, table: DeltaTable, start: int, end: int) -> bool:
         # Nothing was committed since first_unwritten read the log: the driver plans only
         # batches after what it found, so no other run can have merged this one.
         if table.version() == self._resume_looked_up_at:
             return False
-        return super()._committed_by_another_run(table, start, end)
+        return TargetLog(self.spec, table).holds_batch(start, end)
+
+    def check_target(self, source_uri: str) -> None:
+        refuse_delta_target(source_uri, self.uri, self.spec.storage_options, self._table)
+
+    def check_not_source(self, source_uri: str, source_table_id: str) -> None:
+        refuse_source_table_id(self.uri, self._table(), source_uri, source_table_id)
 
     def check(self, df: DataFrame) -> None:
         self._check_feed_columns(df.columns)
-        super().check(df.drop(*FEED_COLUMNS))
+        check_rows(self.spec, self._table(), df.drop(*FEED_COLUMNS))
 
     def check_changes(self, rows: pa.Table) -> None:
         """:meth:`check` for a feed read on the driver (an Arrow table)."""
         self._check_feed_columns(rows.column_names)
-        self.check_schema(_data_schema(rows))
+        check_schema(self.spec, self._table(), _data_schema(rows))
 
     def _check_feed_columns(self, columns: list[str]) -> None:
         missing_feed = [c for c in FEED_COLUMNS if c not in columns]
@@ -106,7 +132,7 @@ class DeltaMergeSink(DeltaAppendSink):
     def write_changes(self, rows: pa.Table, start_version: int, end_version: int) -> SinkWrite:
         """Apply a batch's feed (data columns, ``_change_type``, ``_commit_version``)."""
         changes = self._last_changes(rows)
-        self._add_new_columns(_data_schema(rows))  # MERGE would drop their values
+        add_new_columns(self.spec, self._table(), _data_schema(rows))  # MERGE would drop them
         table = self._latest_table()
         if table is None:
             table = self._create(changes, start_version, end_version)
@@ -117,7 +143,8 @@ class DeltaMergeSink(DeltaAppendSink):
                         "since this one looked; not merging them again", self.uri,
                         start_version, end_version, table.version())
             return SinkWrite(rows=0, sink_version=table.version())
-        self._merge(table, changes, self.batch_commit_properties(start_version, end_version))
+        properties = TargetLog(self.spec, table).commit_properties(start_version, end_version)
+        self._merge(table, changes, properties)
         log.info("merged %d key change(s) into %s with txn %s=%s", changes.num_rows, self.uri,
                  self.spec.app_id, end_version)
         return SinkWrite(rows=changes.num_rows, sink_version=table.version())
@@ -161,7 +188,7 @@ class DeltaMergeSink(DeltaAppendSink):
             write_deltalake(self.uri, upserts.drop_columns([_OPERATION]), mode="error",
                             partition_by=list(self.spec.partition_by) or None,
                             storage_options=self.spec.storage_options,
-                            commit_properties=self.batch_commit_properties(
+                            commit_properties=TargetLog(self.spec, None).commit_properties(
                                 start_version, end_version, retries=0))
         except DeltaError:  # CommitFailedError too
             table = self._table()

@@ -1,0 +1,28 @@
+"""Where a batch's rows go, each write committed exactly once.
+
+* ``delta`` (:mod:`.delta_append`): Spark stages Parquet files inside the target, ``deltalake``
+  commits them with the batch's ``txn``; ``delta-merge`` (:mod:`.delta_merge`): a change feed
+  applied by key in one MERGE. Both keep what they record in the target, and the rules on it,
+  in :mod:`.target_log`, and refuse bad targets with :mod:`.targets`.
+* ``format`` (:mod:`.format`): any Spark format, one folder per batch, overwritten on re-run;
+  ``none``: the transform wrote by itself.
+"""
+
+from __future__ import annotations
+
+from airflow_provider_delta.job.sinks.base import Sink, SinkWrite
+from airflow_provider_delta.job.sinks.delta_append import DeltaAppendSink
+from airflow_provider_delta.job.sinks.delta_merge import DeltaMergeSink
+from airflow_provider_delta.job.sinks.format import FormatSink, NoSink
+from airflow_provider_delta.job.spec import SinkSpec
+
+__all__ = ["DeltaAppendSink", "DeltaMergeSink", "FormatSink", "NoSink", "Sink", "SinkWrite",
+           "make_sink"]
+
+
+def make_sink(spec: SinkSpec) -> Sink:
+    """The sink a :class:`SinkSpec` describes."""
+    kinds: dict[str, type[Sink]] = {
+        "delta": DeltaAppendSink, "delta-merge": DeltaMergeSink, "format": FormatSink,
+    }
+    return kinds[spec.kind](spec) if spec.kind in kinds else NoSink()

@@ -1,0 +1,180 @@
+"""The ``delta`` sink: append a batch to a Delta table, exactly once per (appId, source version).
+
+It needs no Delta jars: Spark writes Parquet files into a fresh staging folder inside the
+target, then ``deltalake`` commits them in ONE transaction that also carries the batch's
+``txn`` action (see :mod:`.target_log`), as Delta's idempotent writes do. Files of a failed
+attempt stay uncommitted orphans (VACUUM removes them).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from typing import TYPE_CHECKING
+from urllib.parse import unquote
+
+import obstore
+import pyarrow as pa
+from deltalake import DeltaTable, Schema
+from deltalake.exceptions import CommitFailedError, DeltaError
+from deltalake.transaction import AddAction, create_table_with_add_actions
+
+from airflow_provider_delta.job.sinks.base import Sink, SinkWrite
+from airflow_provider_delta.job.sinks.delta_schema import (
+    add_new_columns, arrow_schema, check_rows, delta_schema,
+)
+from airflow_provider_delta.job.sinks.target_log import TargetLog, open_target, require_app_id
+from airflow_provider_delta.job.sinks.targets import (
+    STAGING_FOLDER, refuse_delta_target, refuse_source_table_id,
+)
+from airflow_provider_delta.job.sinks.written_files import (
+    PARQUET_TIMESTAMPS, written_parquet_files,
+)
+from airflow_provider_delta.job.spec import SinkSpec
+from airflow_provider_delta.storage import list_files, open_store, spark_uri, to_uri
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+log = logging.getLogger(__name__)
+
+HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
+COMMIT_ATTEMPTS = 10
+
+
+class DeltaAppendSink(Sink):
+    """Append to a Delta table, exactly once per ``(app_id, source version)``.
+
+    Every question opens the target afresh: each commit attempt builds on the latest version.
+    """
+
+    def __init__(self, spec: SinkSpec):
+        require_app_id(spec)
+        self.spec = spec
+        self.uri = to_uri(spec.path)
+
+    def _table(self) -> DeltaTable | None:
+        return open_target(self.uri, self.spec.storage_options)
+
+    def _log(self, table: DeltaTable | None = None) -> TargetLog:
+        """The target's log as it stands (``table``: as this one opened it)."""
+        return TargetLog(self.spec, self._table() if table is None else table)
+
+    def committed_version(self) -> int | None:
+        return self._log().committed_version()
+
+    def held_through(self, first: int | None) -> int | None:
+        return self._log().held_through(first)
+
+    def first_unwritten(self, start: int, end: int | None) -> int:
+        return self._log().first_unwritten(start, end)
+
+    def check_target(self, source_uri: str) -> None:
+        """Not the source's location, not a file, not a folder of files of another kind."""
+        refuse_delta_target(source_uri, self.uri, self.spec.storage_options, self._table)
+
+    def check_not_source(self, source_uri: str, source_table_id: str) -> None:
+        refuse_source_table_id(self.uri, self._table(), source_uri, source_table_id)
+
+    def check(self, df: DataFrame) -> None:
+        """Compare names, types and partitioning with the target, if it exists."""
+        check_rows(self.spec, self._table(), df)
+
+    def write(self, df: DataFrame | None, start_version: int, end_version: int) -> SinkWrite:
+        if self.spec.use_delta_spark:
+            return self._write_with_delta_spark(df, end_version)
+        add_new_columns(self.spec, self._table(), delta_schema(df))
+        partition_by = self._partition_by()
+        staging = f"{STAGING_FOLDER}/{end_version:020d}-{uuid.uuid4().hex}"
+        log.info("writing batch %s..%s to %s/%s", start_version, end_version, self.uri, staging)
+        df.write.mode("error").options(**PARQUET_TIMESTAMPS).partitionBy(
+            *partition_by).parquet(f"{spark_uri(self.uri)}/{staging}")
+        adds, rows = self._staged_add_actions(staging)
+        schema = arrow_schema(df)
+        for _ in range(COMMIT_ATTEMPTS):
+            # Delta's optimistic concurrency: check the snapshot the commit builds on; a commit
+            # made since then is caught as a conflict by deltalake, and checked again here.
+            table = self._table()
+            if self._log(table).holds_batch(start_version, end_version):
+                log.warning("%s: another run committed source versions %s..%s (target version "
+                            "%s) while this one wrote them; its staged files are dropped",
+                            self.uri, start_version, end_version, table.version())
+                self._drop_staged(staging)
+                return SinkWrite(rows=0, sink_version=table.version())
+            if self._commit(table, adds, schema, partition_by, start_version, end_version):
+                return SinkWrite(rows=rows, sink_version=self._table().version())
+        raise RuntimeError(f"{self.uri}: {COMMIT_ATTEMPTS} commits of source versions "
+                           f"{start_version}..{end_version} lost to concurrent writers")
+
+    def _partition_by(self) -> list[str]:
+        table = self._table()
+        if table is not None:
+            return list(table.metadata().partition_columns)
+        return list(self.spec.partition_by)
+
+    def _drop_staged(self, staging: str) -> None:
+        store = open_store(self.uri, self.spec.storage_options)
+        for meta in list_files(self.uri, staging, self.spec.storage_options):
+            obstore.delete(store, meta["path"])
+
+    def _staged_add_actions(self, staging: str) -> tuple[list[AddAction], int]:
+        files = written_parquet_files(self.uri, staging, self.spec.storage_options)
+        adds = [
+            AddAction(
+                path=meta["path"],
+                size=meta["size"],
+                partition_values=_partition_values(relative),
+                modification_time=int(meta["last_modified"].timestamp() * 1000),
+                data_change=True,
+                stats=json.dumps({"numRecords": rows}),
+            )
+            for meta, relative, rows in files
+        ]
+        return adds, sum(rows for _, _, rows in files)
+
+    def _commit(self, table: DeltaTable | None, adds: list[AddAction], schema: pa.Schema,
+                partition_by: list[str], start_version: int, end_version: int) -> bool:
+        """One commit of ``adds`` with this app's txn on top of ``table`` (None: create it);
+        False if a concurrent commit won."""
+        # deltalake would retry a lost create as the next version, with the same rows: no retry
+        properties = self._log(table).commit_properties(
+            start_version, end_version, retries=0 if table is None else None)
+        try:
+            if table is None:
+                create_table_with_add_actions(
+                    self.uri, Schema.from_arrow(schema), adds, mode="error",
+                    partition_by=partition_by or None, storage_options=self.spec.storage_options,
+                    commit_properties=properties,
+                )
+            else:
+                table.create_write_transaction(adds, "append", schema, partition_by=partition_by,
+                                               commit_properties=properties)
+        except CommitFailedError as error:
+            log.warning("%s: concurrent commit, checking the log again: %s", self.uri, error)
+            return False
+        except DeltaError:
+            if table is None and self._table() is not None:
+                log.warning("%s: another run created the table first; checking it", self.uri)
+                return False
+            raise
+        log.info("committed %d file(s) to %s with txn %s=%s", len(adds), self.uri,
+                 self.spec.app_id, end_version)
+        return True
+
+    def _write_with_delta_spark(self, df: DataFrame, end_version: int) -> SinkWrite:
+        # Delta's own idempotent-write options: the same txn semantics, through the Delta jars.
+        (df.write.format("delta").mode("append")
+           .option("txnAppId", self.spec.app_id).option("txnVersion", end_version)
+           .partitionBy(*self.spec.partition_by).save(spark_uri(self.uri)))
+        return SinkWrite(rows=None, sink_version=self._table().version())
+
+
+def _partition_values(relative_path: str) -> dict[str, str | None]:
+    """Hive-style ``k=v`` folders Spark wrote, unescaped, as Delta's string partition values."""
+    values: dict[str, str | None] = {}
+    for folder in relative_path.split("/")[:-1]:
+        key, _, raw = folder.partition("=")
+        value = unquote(raw)
+        values[unquote(key)] = None if value == HIVE_NULL else value
+    return values

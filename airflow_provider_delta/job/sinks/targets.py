@@ -1,0 +1,101 @@
+"""Targets a sink refuses before anything is written: the source itself, a file, a folder of
+files that is no Delta table."""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from collections.abc import Callable
+from urllib.parse import unquote
+
+import obstore
+from deltalake import DeltaTable
+from obstore.exceptions import NotFoundError
+
+from airflow_provider_delta.errors import SinkTargetError
+from airflow_provider_delta.storage import list_files, open_store, split_uri, to_uri
+
+# Where the delta sink stages a batch's files inside its target before committing them.
+STAGING_FOLDER = "airflow_staging"
+SOURCE_AS_TARGET_FIX = "Give a target path other than the source table's."
+
+
+def normalised_location(path_or_uri: str) -> str:
+    """One spelling per location: plain path or ``file://``, ``..``, a trailing ``/``,
+    ``%``-escapes, symbolic links (local paths), ``s3a://`` for ``s3://``."""
+    scheme, _, rest = to_uri(path_or_uri).partition("://")
+    scheme = "s3" if scheme.lower() in ("s3a", "s3n") else scheme.lower()
+    authority, _, path = rest.partition("/")
+    path = posixpath.normpath("/" + unquote(path))
+    if scheme == "file":
+        path = os.path.realpath(path)
+    return f"{scheme}://{authority}{path}".rstrip("/")
+
+
+def refuse_source_as_target(source_uri: str, target: str) -> None:
+    """A target at the source's own location would append the source's rows to itself."""
+    if normalised_location(source_uri) == normalised_location(target):
+        raise SinkTargetError(
+            to_uri(target), f"it is the source table {source_uri}: every row would be "
+            "appended to the table it came from", SOURCE_AS_TARGET_FIX)
+
+
+def refuse_delta_target(source_uri: str, target_uri: str, storage_options: dict[str, str] | None,
+                        open_table: Callable[[], DeltaTable | None]) -> None:
+    """A Delta sink's target: not the source's location, not a file, not a folder of files of
+    another kind (``open_table``: the Delta table there, None if none; asked after the file
+    check, as opening a file fails)."""
+    refuse_source_as_target(source_uri, target_uri)
+    refuse_file_target(target_uri, storage_options)
+    if open_table() is None:
+        refuse_non_delta_folder(target_uri, storage_options)
+
+
+def refuse_source_table_id(target_uri: str, table: DeltaTable | None, source_uri: str,
+                           source_table_id: str) -> None:
+    """A target that is the source table under another name (the same table id)."""
+    if table is not None and table.metadata().id == source_table_id:
+        raise SinkTargetError(
+            target_uri, f"it is the source table {source_uri} (same table id "
+            f"{source_table_id}): every row would be appended to the table it came from",
+            SOURCE_AS_TARGET_FIX)
+
+
+def refuse_file_target(target_uri: str, storage_options: dict[str, str] | None) -> None:
+    if _is_object(target_uri, storage_options):
+        raise SinkTargetError(target_uri, "it is a file, not a folder",
+                              "Give a folder path as target: a new or empty one, or a Delta table.")
+
+
+def refuse_non_delta_folder(target_uri: str, storage_options: dict[str, str] | None) -> None:
+    """A target that is no Delta table yet must be a new or empty folder (staged files of an
+    attempt that never committed are ours and allowed)."""
+    stray = _first_foreign_file(target_uri, storage_options)
+    if stray is not None:
+        raise SinkTargetError(
+            target_uri, f"it is a folder of files that are not a Delta table (e.g. {stray}); "
+            "the delta sink would create a _delta_log beside them and leave them untracked "
+            "(a VACUUM would delete them)",
+            "Give a new path or an empty folder as target, or convert the folder to a Delta "
+            "table first (e.g. deltalake's convert_to_deltalake).")
+
+
+def _is_object(uri: str, storage_options: dict[str, str] | None) -> bool:
+    if uri.startswith("file://"):
+        return os.path.isfile(uri[len("file://"):])
+    folder, name = split_uri(uri)
+    try:
+        obstore.head(open_store(folder, storage_options), name)
+    except (NotFoundError, FileNotFoundError):
+        return False
+    return True
+
+
+def _first_foreign_file(uri: str, storage_options: dict[str, str] | None) -> str | None:
+    """The first file under ``uri`` that neither a Delta log nor our staging explains."""
+    if uri.startswith("file://") and not os.path.isdir(uri[len("file://"):]):
+        return None  # listing through obstore would create the folder
+    for meta in list_files(uri, "", storage_options):
+        if meta["path"].split("/")[0] not in (STAGING_FOLDER, "_delta_log"):
+            return meta["path"]
+    return None
