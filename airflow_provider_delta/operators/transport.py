@@ -6,13 +6,13 @@ registered with the secrets masker before anything can log it. Options that only
 something to ``spark-submit`` (they ship code, files or environment to a driver process that
 does not exist here) are refused rather than silently ignored.
 
-Where ``spark-submit`` puts the driver (:class:`SubmitTarget`) is read from the ``spark``
-connection's documented fields, not from the Spark provider's private hook state.
+Where ``spark-submit`` puts the driver (:class:`~airflow_provider_delta.job.submit.SubmitTarget`)
+is read from the ``spark`` connection's documented fields, not from the Spark provider's
+private hook state.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
@@ -22,6 +22,10 @@ from airflow.sdk.exceptions import AirflowNotFoundException
 
 from airflow_provider_delta.errors import SparkConnectError
 from airflow_provider_delta.job.connect import ConnectJob
+from airflow_provider_delta.job.submit import SubmitTarget
+
+__all__ = ["SubmitTarget", "connect_job", "refuse_spark_submit_options",
+           "resolve_submit_target"]
 
 if TYPE_CHECKING:
     from airflow_provider_delta.job.spec import JobSpec
@@ -59,28 +63,6 @@ def refuse_spark_submit_options(operator: Any, conn_id: str, spec: JobSpec) -> N
             "needs on the worker and drop these parameters, or use a spark connection.",
             table_uri=spec.table_uri,
         )
-
-
-@dataclass(frozen=True)
-class SubmitTarget:
-    """The master and deploy mode ``spark-submit`` is given for a ``spark`` connection."""
-
-    master: str
-    deploy_mode: str | None
-
-    @property
-    def driver_runs_here(self) -> bool:
-        """The driver is a child of spark-submit on this machine (client mode)."""
-        return self.deploy_mode != "cluster"
-
-    @property
-    def local(self) -> bool:
-        return self.master.startswith("local")
-
-    @property
-    def env_goes_on_command_line(self) -> bool:
-        """The Spark provider passes env_vars to YARN and Kubernetes drivers as ``--conf``."""
-        return "yarn" in self.master or "k8s" in self.master
 
 
 def resolve_submit_target(conn_id: str, deploy_mode: str | None) -> SubmitTarget:
