@@ -38,6 +38,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Union
 
+from airflow_provider_delta.core.model import LoadStart
 from airflow_provider_delta.errors import WatermarkError
 
 if TYPE_CHECKING:
@@ -342,13 +343,6 @@ def validate_initial(initial: Initial, table_uri: str) -> Initial:
         "(start at version 0) or a version number >= 0.",
         table_uri=table_uri,
     )
-
-
-class LoadStart(NamedTuple):
-    """Where a load starts: the snapshot at ``version``, or the changes from ``version`` on."""
-
-    mode: Literal["snapshot", "changes"]
-    version: int
 
 
 def resolve_load_start(

@@ -40,7 +40,7 @@ import pyarrow as pa
 from bench_spark_reader import local_spark, noop_write, timed_pair
 from deltalake import DeltaTable, write_deltalake
 
-from airflow_provider_delta.core import plan_change_feed
+from airflow_provider_delta.core import LoadStart, plan_change_feed
 from airflow_provider_delta.job.driver import run_job
 from airflow_provider_delta.job.spec import JobSpec, SinkSpec
 from airflow_provider_delta.spark import read_change_feed
@@ -93,13 +93,13 @@ def bench_feed(spark, work: Path, rows: int, commits: int, repeat: int) -> None:
 
 def merge_job(source: str, target: str, version: int) -> JobSpec:
     sink = SinkSpec(kind="delta-merge", path=target, app_id="bench", merge_keys=("id",))
-    return JobSpec(table_uri=source, mode="changes", sink=sink, start_version=version,
+    return JobSpec(table_uri=source, start=LoadStart("changes", version), sink=sink,
                    end_version=version, change_feed=True)
 
 
 def reload_job(source: str, target: str, version: int) -> JobSpec:
     sink = SinkSpec(kind="delta", path=target, app_id="bench")
-    return JobSpec(table_uri=source, mode="snapshot", sink=sink, snapshot_version=version)
+    return JobSpec(table_uri=source, start=LoadStart("snapshot", version), sink=sink)
 
 
 def bench_merge(spark, work: Path, rows: int, files: int, repeat: int) -> None:

@@ -3,7 +3,7 @@
 It imports neither Airflow nor Spark. Public API: :func:`latest_version`,
 :func:`plan_changes`, :func:`split_batches`, :func:`plan_snapshot`, :func:`version_at`,
 :func:`commit_timestamp`, :func:`plan_change_feed`, and the data model in
-:mod:`airflow_provider_delta.core.model`.
+:mod:`airflow_provider_delta.core.model` (:class:`LoadStart` included).
 """
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ from airflow_provider_delta.core.change_feed import (
 )
 from airflow_provider_delta.core.changes import plan_changes, split_batches
 from airflow_provider_delta.core.model import (
-    DeletionVectorDescriptor, Plan, PlannedFile, TableMetadata,
+    DeletionVectorDescriptor, LoadStart, Plan, PlannedFile, TableMetadata,
 )
 from airflow_provider_delta.core.snapshot import plan_snapshot
 from airflow_provider_delta.core.versions import commit_timestamp, latest_version, version_at
 
 __all__ = [
-    "ChangeFeedPlan", "CommitChanges", "DeletionVectorDescriptor", "Plan",
+    "ChangeFeedPlan", "CommitChanges", "DeletionVectorDescriptor", "LoadStart", "Plan",
     "PlannedFile", "TableMetadata", "commit_timestamp", "latest_version", "plan_change_feed",
     "plan_changes", "plan_snapshot", "split_batches", "split_feed", "version_at",
 ]

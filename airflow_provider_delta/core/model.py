@@ -9,10 +9,20 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, Literal, NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
+
+
+class LoadStart(NamedTuple):
+    """Where a load starts: the snapshot at ``version``, or the changes from ``version`` on.
+
+    The one shape of it: the watermark policy decides one, the sensor and the trigger announce
+    one, the operator resolves one and the job spec carries it to the driver."""
+
+    mode: Literal["snapshot", "changes"]
+    version: int
 
 
 @dataclass(frozen=True)

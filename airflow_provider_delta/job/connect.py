@@ -159,8 +159,8 @@ def _fail_fast(session: SparkSession) -> None:
 
 def _what(spec: JobSpec) -> str:
     if spec.mode == "snapshot":
-        return f"the snapshot at version {spec.snapshot_version}"
-    return f"versions {spec.start_version}..{spec.end_version}"
+        return f"the snapshot at version {spec.start.version}"
+    return f"versions {spec.start.version}..{spec.end_version}"
 
 
 @contextmanager

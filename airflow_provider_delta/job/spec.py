@@ -12,6 +12,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from airflow_provider_delta.core.model import LoadStart
+
 SINK_KINDS = ("delta", "delta-merge", "format", "none")
 
 
@@ -55,14 +57,13 @@ class SinkSpec:
 
 @dataclass(frozen=True)
 class JobSpec:
-    """One Spark job: a version range (``mode="changes"``) or a snapshot (``mode="snapshot"``)."""
+    """One Spark job: the snapshot at ``start.version``, or the changes from ``start.version``
+    to ``end_version`` (None: the latest). A snapshot's ``end_version`` is its own version."""
 
     table_uri: str
-    mode: str  # "changes" or "snapshot"
+    start: LoadStart
     sink: SinkSpec
-    start_version: int | None = None
     end_version: int | None = None
-    snapshot_version: int | None = None
     ignore_deletes: bool = False
     ignore_changes: bool = False
     skip_change_commits: bool = False
@@ -75,21 +76,26 @@ class JobSpec:
     context: dict[str, Any] = field(default_factory=dict)  # handed to the transform
 
     def __post_init__(self) -> None:
-        if self.mode not in ("changes", "snapshot"):
-            raise ValueError(f"job mode {self.mode!r} is not 'changes' or 'snapshot'")
+        start = LoadStart(*self.start)  # a JSON list, read back
+        if start.mode not in ("changes", "snapshot"):
+            raise ValueError(f"job mode {start.mode!r} is not 'changes' or 'snapshot'")
         if self.transform and self.sql:
             raise ValueError("give either transform or sql, not both")
-        if self.mode == "changes" and self.start_version is None:
-            raise ValueError(f"{self.table_uri}: a changes job needs start_version")
-        if self.mode == "snapshot" and self.snapshot_version is None:
-            raise ValueError(f"{self.table_uri}: a snapshot job needs snapshot_version")
+        object.__setattr__(self, "start", start)
+        if start.mode == "snapshot":
+            object.__setattr__(self, "end_version", start.version)
+
+    @property
+    def mode(self) -> str:
+        """``"snapshot"`` or ``"changes"``, as the result and the logs name it."""
+        return self.start.mode
 
     def covered_range(self) -> tuple[int, int | None]:
         """The source versions the job writes. In a Delta sink a snapshot covers every version
         up to its own (its commit records ``0..v``); a format sink's folder is named ``v-v``."""
-        if self.mode == "snapshot":
-            return 0 if self.sink.kind == "delta" else self.snapshot_version, self.snapshot_version
-        return self.start_version, self.end_version
+        if self.mode == "snapshot" and self.sink.kind == "delta":
+            return 0, self.end_version
+        return self.start.version, self.end_version
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True, default=str)

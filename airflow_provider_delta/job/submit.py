@@ -20,11 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import airflow_provider_delta
-from airflow_provider_delta.job.credentials import (
-    credential_entries,
-    credentials_env,
-    without_credentials,
-)
+from airflow_provider_delta.credential_keys import credential_key_names
+from airflow_provider_delta.job.credentials import credentials_env, without_credentials
 from airflow_provider_delta.job.spec import JobResult, JobSpec
 from airflow_provider_delta.storage import read_text, remove_tree, to_uri, write_text
 
@@ -107,7 +104,7 @@ def driver_env(target: SubmitTarget, env_vars: Mapping[str, Any] | None, spec: J
     if target.driver_runs_here and not target.env_goes_on_command_line:
         env.update(credentials_env(spec, spark_conf))
         return env or None, []
-    withheld = sorted({**credential_entries(spec.sink.options), **credential_entries(spark_conf)})
+    withheld = credential_key_names({**spec.sink.options, **(spark_conf or {})})
     if spec.storage_options or spec.sink.storage_options:
         withheld.insert(0, "storage_options")
     return env or None, withheld

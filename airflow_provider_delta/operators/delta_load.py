@@ -20,21 +20,13 @@ cluster's Python, or set ``ship_package=True`` to send a zip of the package with
 
 from __future__ import annotations
 
-import os
-import re
-import shutil
-import sys
-import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Asset
 
-import airflow_provider_delta
 from airflow_provider_delta.errors import MissingSparkExtraError
 
 # First: without the spark or connect extra, the imports below would fail on pyspark.
@@ -44,6 +36,7 @@ except ModuleNotFoundError as missing:
     raise MissingSparkExtraError("DeltaIncrementalOperator and DeltaTimeTravelOperator") from missing
 
 from airflow_provider_delta import core
+from airflow_provider_delta.core.model import LoadStart
 from airflow_provider_delta.core.probe import VersionProbe
 from airflow_provider_delta.errors import InvalidParameterError
 from airflow_provider_delta.hooks.delta import DeltaHook, mask_credentials
@@ -52,24 +45,20 @@ from airflow_provider_delta.job.connect import ConnectJob
 from airflow_provider_delta.job.sinks import make_sink
 from airflow_provider_delta.job.sinks.targets import normalised_location
 from airflow_provider_delta.job.spec import JobResult, JobSpec, SinkSpec, stable_app_id
-from airflow_provider_delta.credential_keys import credential_key_names, with_redaction
-from airflow_provider_delta.job.credentials import credentials_env, without_credentials
-from airflow_provider_delta.operators import parameters
+from airflow_provider_delta.credential_keys import with_redaction
+from airflow_provider_delta.job.submit import JobFolder, SubmitTarget, driver_env, job_folder_name
+from airflow_provider_delta.operators import load_range, parameters
 from airflow_provider_delta.operators.links import SparkUILink
 from airflow_provider_delta.operators.transport import (
-    SubmitTarget,
     connect_job,
     refuse_spark_submit_options,
     resolve_submit_target,
 )
 from airflow_provider_delta.spark.reader import check_files_exist
-from airflow_provider_delta.storage import read_text, remove_tree, to_uri, write_text
+from airflow_provider_delta.storage import to_uri
 from airflow_provider_delta.watermarks import (
     Initial,
-    LoadStart,
-    Watermark,
     WatermarkStore,
-    continue_after_sink,
     make_watermark_store,
     resolve_load_start,
     validate_initial,
@@ -83,16 +72,6 @@ if TYPE_CHECKING:
 _JOB_DIR_KEY = "delta_job_dir"
 
 
-@dataclass(frozen=True)
-class LoadRequest:
-    """One task run's request: a range or a snapshot, and whether it moves the watermark."""
-
-    mode: str  # "changes" or "snapshot"
-    start_version: int
-    end_version: int
-    moves_watermark: bool
-
-
 class _DeltaSparkJobOperator(SparkSubmitOperator):
     """What both operators share: the sink, the transform, the spec, the submit, the result."""
 
@@ -104,7 +83,7 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
     template_ext: Sequence[str] = (".sql",)
     template_fields_renderers = {"sql": "sql", "sink_options": "json"}
     operator_extra_links = (SparkUILink(),)
-    _job_dir: str | None = None  # this try's job folder while its job runs
+    _job_folder: JobFolder | None = None  # this try's job files while its job runs
     _connect_job: ConnectJob | None = None  # the running Spark Connect job, for on_kill
     # What this run read and wrote, kept for OpenLineage (its listener calls after execute).
     _source_metadata: core.TableMetadata | None = None
@@ -227,14 +206,10 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
             source=source, allow_overlapping_writers=self.allow_overlapping_writers,
         )
 
-    def job_spec(self, context: Context, request: LoadRequest) -> JobSpec:
+    def job_spec(self, context: Context, start: LoadStart, end_version: int) -> JobSpec:
         """The spec of one run; subclasses add their read options."""
-        snapshot = request.mode == "snapshot"
         return JobSpec(
-            table_uri=self.table_uri, mode=request.mode, sink=self.sink_spec(),
-            start_version=None if snapshot else request.start_version,
-            end_version=None if snapshot else request.end_version,
-            snapshot_version=request.end_version if snapshot else None,
+            table_uri=self.table_uri, start=start, end_version=end_version, sink=self.sink_spec(),
             transform=self.transform, sql=self.sql,
             storage_options=self.source_storage_options,
             context={"dag_id": self.dag_id, "task_id": self.task_id,
@@ -245,28 +220,28 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
     def read_options(self) -> dict[str, Any]:
         return {}
 
-    def run_request(self, context: Context, request: LoadRequest) -> JobResult:
+    def run_request(self, context: Context, start: LoadStart, end_version: int) -> JobResult:
         """Check the target, skip what the sink holds already (refusing overlaps), validate
         the rest with the core, then submit. Everything before ``submit`` runs without Spark."""
-        spec = self.job_spec(context, request)
+        spec = self.job_spec(context, start, end_version)
         sink = make_sink(spec.sink)
         sink.check_target(self.table_uri)
         resume = sink.first_unwritten(*spec.covered_range())
-        if resume > request.end_version:
+        if resume > spec.end_version:
             self.log.info("%s already holds %s up to version %s; nothing to submit",
-                          self.target, self.table_uri, request.end_version)
-            return JobResult(self.table_uri, request.mode, request.start_version,
-                             request.end_version)
+                          self.target, self.table_uri, spec.end_version)
+            return JobResult(self.table_uri, spec.mode, start.version,
+                             spec.end_version)
         plan = self.validate(spec, resume)
         self._source_metadata = plan.metadata
         sink.check_not_source(self.table_uri, plan.metadata.table_id)
-        if request.mode == "changes" and not len(plan):
+        if spec.mode == "changes" and not len(plan):
             self.log.info("%s: versions %s..%s add no data files; nothing to submit",
-                          self.table_uri, request.start_version, request.end_version)
-            return JobResult(self.table_uri, request.mode, request.start_version,
-                             request.end_version)
+                          self.table_uri, start.version, spec.end_version)
+            return JobResult(self.table_uri, spec.mode, start.version,
+                             spec.end_version)
         self.log.info("%s: submitting %s of versions %s..%s (%d file(s), %d bytes)",
-                      self.table_uri, request.mode, plan.start_version, plan.end_version,
+                      self.table_uri, spec.mode, plan.start_version, plan.end_version,
                       len(plan), plan.total_bytes)
         return self.submit(context, spec)
 
@@ -274,7 +249,7 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
         """Plan on the Airflow side: the core's errors surface here, before any JVM starts."""
         options = {"storage_options": spec.storage_options}
         if spec.mode == "snapshot" and resume == spec.covered_range()[0]:
-            plan = core.plan_snapshot(spec.table_uri, version=spec.snapshot_version, **options)
+            plan = core.plan_snapshot(spec.table_uri, version=spec.end_version, **options)
         elif spec.change_feed:
             feed = core.plan_change_feed(spec.table_uri, resume, spec.covered_range()[1],
                                          **options)
@@ -303,15 +278,15 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
                 "fix merge_keys, or give a transform or sql that makes them", spec.table_uri)
 
     def submit(self, context: Context, spec: JobSpec) -> JobResult:
-        """Write the spec, run the driver through spark-submit, read its result; the job's
-        files are deleted however the task ends."""
+        """Run the job: on the task's Spark Connect session, or through spark-submit with its
+        files in a :class:`JobFolder`, deleted however the task ends."""
         job = connect_job(self.conn_id)
         if job is not None:
             return self.run_on_connect(job, spec)
         self.check_submittable()
-        # Private (0700); holds the spec and result unless work_dir is given, and the zip.
-        self._scratch_dir = tempfile.mkdtemp(prefix="delta-job-")
-        self._job_dir = self._job_dir_of(context)
+        ti = context["ti"] if self.work_dir else None
+        self._job_folder = JobFolder(self.work_dir, ti and job_folder_name(
+            self.dag_id, self.task_id, context["run_id"], ti.map_index, ti.try_number))
         try:
             return self._run_driver(context, spec)
         finally:
@@ -330,32 +305,26 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
         """Where spark-submit puts the driver, from the Spark connection (read once a run)."""
         return resolve_submit_target(self.conn_id, self.deploy_mode)
 
-    def _job_dir_of(self, context: Context) -> str:
-        """This try's job folder: keyed by map index and try number, so mapped tasks and
-        retries never share a spec or read another job's result."""
-        if not self.work_dir:
-            return to_uri(self._scratch_dir)
-        ti = context["ti"]
-        name = f"{self.dag_id}.{self.task_id}.{context['run_id']}.{ti.map_index}.{ti.try_number}"
-        return f"{to_uri(self.work_dir)}/{re.sub(r'[^A-Za-z0-9_.-]', '_', name)}"
-
     def _run_driver(self, context: Context, spec: JobSpec) -> JobResult:
-        write_text(f"{self._job_dir}/spec.json", without_credentials(spec).to_json())
-        self.application_args = [f"{self._job_dir}/spec.json", f"{self._job_dir}/result.json"]
+        folder = self._job_folder
+        self.application_args = folder.write_spec(spec)
         if self.ship_package:
-            self.py_files = ",".join(filter(None, [self.py_files,
-                                                   _package_zip(self._scratch_dir)]))
+            self.py_files = ",".join(filter(None, [self.py_files, folder.package_zip()]))
         submitted_env, submitted_conf = self.env_vars, self.conf
         # Set for this submission only: the credentials never reach a rendered field, and
         # those of conf go through the environment, not the command line.
-        self.env_vars = self._driver_env(spec)
+        self.env_vars, withheld = driver_env(self.submit_target, self.env_vars, spec, self.conf)
+        if withheld:
+            self.log.warning("%s: the credentials %s are not sent to a driver on %s (only its "
+                             "command line could carry them); give the cluster its own "
+                             "credentials for the table and the target", self.table_uri,
+                             withheld, self.submit_target.master)
         self.conf = with_redaction(self.conf)
         try:
             super().execute(context)
         finally:
             self.env_vars, self.conf = submitted_env, submitted_conf
-        return self._log_done(JobResult.from_json(
-            read_text(f"{self._result_dir(context)}/result.json")))
+        return self._log_done(folder.read_result(self._submitted_folder(context)))
 
     def run_on_connect(self, job: ConnectJob, spec: JobSpec) -> JobResult:
         """Run the job module in this process on the task's own Spark Connect session."""
@@ -377,24 +346,19 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
         external_id = super().submit_job(context)
         store = context.get("task_state_store")
         if store is not None:
-            store.set(_JOB_DIR_KEY, self._job_dir)
+            store.set(_JOB_DIR_KEY, self._job_folder.uri)
         return external_id
 
-    def _result_dir(self, context: Context) -> str:
-        store = context.get("task_state_store")
-        submitted = store.get(_JOB_DIR_KEY) if store is not None else None
-        return submitted or self._job_dir
+    def _submitted_folder(self, context: Context | None) -> str | None:
+        """The folder of the job this try reconnected to (None: the job it submitted)."""
+        store = context.get("task_state_store") if context is not None else None
+        return store.get(_JOB_DIR_KEY) if store is not None else None
 
     def _remove_job_files(self, context: Context | None = None) -> None:
-        """Delete this try's job folder (and the reconnected job's), and the scratch folder."""
-        if self._job_dir is None:
-            return
-        folders = {self._job_dir, self._scratch_dir}
-        if context is not None:
-            folders.add(self._result_dir(context))
-        for folder in folders:
-            remove_tree(folder)
-        self._job_dir = None
+        """Delete this try's job files (and the reconnected job's folder)."""
+        folder, self._job_folder = self._job_folder, None
+        if folder is not None:
+            folder.remove(self._submitted_folder(context))
 
     def on_kill(self) -> None:
         if self._connect_job is not None:
@@ -404,27 +368,6 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
             super().on_kill()
         finally:
             self._remove_job_files()
-
-    def _driver_env(self, spec: JobSpec) -> dict[str, Any] | None:
-        """The spark-submit process's environment: on local masters the driver runs on this
-        Python (which has the package); where the driver is a child of spark-submit it gets
-        the storage options, which never go into a file or onto the command line."""
-        target = self.submit_target
-        env = dict(self.env_vars or {})
-        if target.local:
-            env = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
-                   **env}
-        if target.driver_runs_here and not target.env_goes_on_command_line:
-            env.update(credentials_env(spec, self.conf))
-        elif (spec.storage_options or spec.sink.storage_options
-              or credential_key_names({**spec.sink.options, **(self.conf or {})})):
-            self.log.warning("%s: the storage options and the credentials in conf and "
-                             "sink_options (%s) are not sent to a driver on %s (only its "
-                             "command line could carry them); give the cluster its own "
-                             "credentials for the table and the target", self.table_uri,
-                             credential_key_names({**spec.sink.options, **(self.conf or {})}),
-                             target.master)
-        return env or None
 
     def finish(self, context: Context, result: JobResult) -> dict[str, Any]:
         """Emit the asset event and return what goes to XCom."""
@@ -620,13 +563,13 @@ class DeltaIncrementalOperator(_DeltaSparkJobOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         self.check_rendered()
-        request = self.resolve_request(context)
-        if request is None:
+        found = self.resolve_range(context)
+        if found is None:
             self.log.info("%s: no new versions to load", self.table_uri)
             return self.finish(context, JobResult(self.table_uri, "changes", None, None))
-        result = self.run_request(context, request)
-        if request.moves_watermark:
-            self.advance_watermark(context, request.end_version)
+        result = self.run_request(context, *found)
+        if self.moves_watermark:
+            self.advance_watermark(context, found[1])
         return self.finish(context, result)
 
     @cached_property
@@ -640,28 +583,24 @@ class DeltaIncrementalOperator(_DeltaSparkJobOperator):
         self.store.write(context, version, table_id=self.probe.table_id_at(version),
                          reset=self.reset_if_ahead)
 
-    def resolve_request(self, context: Context) -> LoadRequest | None:
-        """The range to load (None: nothing new), from explicit versions, sensor or watermark."""
+    def resolve_range(self, context: Context) -> tuple[LoadStart, int] | None:
+        """Where the load starts and its last version (None: nothing new), from the explicit
+        versions, the sensor or the watermark."""
         start, end = self.explicit_range()
         if start is not None:
-            end_given = end is not None
-            if not end_given:
-                end = self._latest()
-            if start > end:
-                bound = "end_version" if end_given else "the latest version"
-                raise ValueError(
-                    f"{self.task_id}: {self.table_uri}: start_version={start} is after {bound} "
-                    f"({end}); give a range with start_version <= end_version <= latest"
-                )
-            moves = bool(self.move_watermark)
-            return LoadRequest("changes", start, end, moves)
-        moves = self.move_watermark is not False
+            return load_range.explicit_range(start, end, self._latest() if end is None else None,
+                                              task_id=self.task_id, table_uri=self.table_uri)
         found = self._sensor_range(context)
         if found:
-            start = LoadStart(found.get("mode", "changes"), int(found["start_version"]))
-            return _request(continue_after_sink(start, self._sink_held_through(0)),
-                            int(found["end_version"]), moves)
-        return self._from_watermark(context, moves)
+            return load_range.sensor_range(found, self._sink_held_through(0))
+        return self._watermark_range(context)
+
+    @property
+    def moves_watermark(self) -> bool:
+        """An explicit range moves the watermark only when asked, the others unless told not."""
+        if self.explicit_range()[0] is not None:
+            return bool(self.move_watermark)
+        return self.move_watermark is not False
 
     def explicit_range(self) -> tuple[int | None, int | None]:
         """``start_version``/``end_version`` as numbers, checked (None: not given)."""
@@ -678,7 +617,7 @@ class DeltaIncrementalOperator(_DeltaSparkJobOperator):
         ti = context["ti"]
         return ti.xcom_pull(task_ids=self.sensor_task_id, map_indexes=ti.map_index)
 
-    def _from_watermark(self, context: Context, moves: bool) -> LoadRequest | None:
+    def _watermark_range(self, context: Context) -> tuple[LoadStart, int] | None:
         stored = self.store.read_watermark(context)
         latest = self.probe.latest(since=None if stored is None else stored.version)
         start = resolve_load_start(
@@ -686,14 +625,11 @@ class DeltaIncrementalOperator(_DeltaSparkJobOperator):
             table_uri=self.table_uri, reset_if_ahead=self.reset_if_ahead,
             sink_held_through=self._sink_held_through,
         )
-        if start.mode == "snapshot" or start.version <= latest:
-            return _request(start, latest, moves)
-        if start.version == latest + 1 and moves and stored != Watermark(latest,
-                                                                          self.probe.table_id):
-            # Caught up without a watermark (initial="latest", or the sink's txn): record it, or
-            # every later run would start after *its* latest version and never load anything.
+        found = load_range.watermark_range(start, latest)
+        if found is None and self.moves_watermark and load_range.caught_up_unrecorded(
+                start, latest, stored, self.probe.table_id):
             self.advance_watermark(context, latest)
-        return None
+        return found
 
     def _sink_held_through(self, first: int | None) -> int | None:
         """The last source version the sink holds for this task without a hole from ``first``."""
@@ -736,7 +672,7 @@ class DeltaTimeTravelOperator(_DeltaSparkJobOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         self.check_rendered()
         version = self.resolve_version()
-        result = self.run_request(context, LoadRequest("snapshot", version, version, False))
+        result = self.run_request(context, LoadStart("snapshot", version), version)
         return self.finish(context, result)
 
     def resolve_version(self) -> int:
@@ -760,13 +696,6 @@ class DeltaTimeTravelOperator(_DeltaSparkJobOperator):
         return version, parameters.past_timestamp(self.timestamp, **where) if given else None
 
 
-def _request(start: LoadStart, end_version: int, moves: bool) -> LoadRequest:
-    """The request of a load that starts at ``start`` and reads up to ``end_version``."""
-    if start.mode == "snapshot":
-        return LoadRequest("snapshot", start.version, start.version, moves)
-    return LoadRequest("changes", start.version, end_version, moves)
-
-
 def _map_index() -> int:
     """The running task instance's map index (-1: not mapped, or not running)."""
     from airflow.sdk import get_current_context
@@ -776,10 +705,3 @@ def _map_index() -> int:
     except RuntimeError:  # outside a task run, e.g. a spec built in a test
         return -1
 
-
-def _package_zip(folder: str) -> str:
-    """A zip of this package for ``py_files``, built in the task's scratch folder."""
-    package_dir = Path(airflow_provider_delta.__file__).parent
-    archive = shutil.make_archive(str(Path(folder) / "airflow_provider_delta"), "zip",
-                                  root_dir=package_dir.parent, base_dir=package_dir.name)
-    return os.fspath(archive)

@@ -123,10 +123,11 @@ class Scene:
     def job(self, **kwargs: Any) -> Any:
         """The driver's ``run_job`` on the test session, for what only the Spark job can see."""
         from airflow_provider_delta.job.driver import run_job
+        from airflow_provider_delta.core import LoadStart
         from airflow_provider_delta.job.spec import JobSpec, SinkSpec
 
         sink = SinkSpec(kind="delta", path=self.target, app_id="bad-input")
-        spec = JobSpec(table_uri=self.source, mode="changes", start_version=0, end_version=2,
+        spec = JobSpec(table_uri=self.source, start=LoadStart("changes", 0), end_version=2,
                        sink=sink, context={"task_id": "load"})
         spark = self.request.getfixturevalue("spark")
         self.begin()

@@ -14,6 +14,7 @@ from dataclasses import replace
 import pytest
 from deltalake import DeltaTable
 
+from airflow_provider_delta.core import LoadStart
 from airflow_provider_delta.errors import (
     SinkSchemaMismatchError,
     VersionNotAvailableError,
@@ -22,7 +23,6 @@ from airflow_provider_delta.errors import (
 from airflow_provider_delta.job.driver import run_job
 from airflow_provider_delta.job.spec import JobSpec, SinkSpec
 from airflow_provider_delta.operators import DeltaIncrementalOperator, DeltaTimeTravelOperator
-from airflow_provider_delta.operators.delta_load import LoadRequest
 from airflow_provider_delta.watermarks import VariableWatermarkStore
 
 from .conftest import append_rows, delta_rows
@@ -77,7 +77,7 @@ def test_time_travel_outside_the_log_fails_before_submitting(source, tmp_path):
 
 def _spec(source, target, **kwargs):
     sink = SinkSpec(kind="delta", path=target, app_id="bad-input")
-    return JobSpec(table_uri=source, mode="changes", start_version=0, end_version=1, sink=sink,
+    return JobSpec(table_uri=source, start=LoadStart("changes", 0), end_version=1, sink=sink,
                    **kwargs)
 
 
@@ -134,10 +134,10 @@ def test_recreated_source_is_refused_unless_reset(source, tmp_path, monkeypatch)
         )
 
     with pytest.raises(WatermarkError) as caught:
-        load()._from_watermark({}, True)
+        load()._watermark_range({})
     assert old_id in str(caught.value) and new_id in str(caught.value)
     reset = load(initial="earliest", reset_if_ahead=True)
-    assert reset._from_watermark({}, True) == LoadRequest("changes", 0, 3, True)
+    assert reset._watermark_range({}) == (LoadStart("changes", 0), 3)
 
     class Kept(VariableWatermarkStore):
         """Keeps what the operator writes (a Variable write needs the metadata DB)."""

@@ -17,8 +17,8 @@ import pytest
 from airflow.sdk import DAG
 from deltalake import DeltaTable
 
+from airflow_provider_delta.core import LoadStart
 from airflow_provider_delta.operators import DeltaIncrementalOperator, DeltaTimeTravelOperator
-from airflow_provider_delta.operators.delta_load import LoadRequest
 
 from .conftest import SPARK_CONF, append_rows, delta_rows, driver_env
 from .transforms import CREDENTIAL_CONF, JOB_FILES_LOG_ENV, STARTED_MARKER_ENV
@@ -253,7 +253,7 @@ def test_the_driver_gets_back_every_credential_kept_out_of_the_spec(tmp_path):
         task_id="load", table_uri=str(tmp_path / "source"), target=str(tmp_path / "copy"),
         sink="parquet", sink_options={"compression": "zstd", "fs.s3a.secret.key": SINK_SECRET},
         storage_options={"AWS_SECRET_ACCESS_KEY": SECRET}, conn_id="no_spark_needed")
-    spec = load.job_spec({"run_id": "r"}, LoadRequest("changes", 0, 1, True))
+    spec = load.job_spec({"run_id": "r"}, LoadStart("changes", 0), 1)
     conf = {"spark.executor.memory": "1g", CREDENTIAL_CONF: SECRET}
 
     written = without_credentials(spec).to_json()

@@ -22,6 +22,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, QueryBuilder, write_deltalake
 
+from airflow_provider_delta.core import LoadStart
 from airflow_provider_delta.errors import DeltaProviderError, InvalidParameterError
 from airflow_provider_delta.job.driver import run_job
 from airflow_provider_delta.job.sinks import DeltaAppendSink, DeltaMergeSink
@@ -134,10 +135,10 @@ def spec_of(source: str, target: str, start: int, end: int | None, keys=("id",),
         change_feed=bool(options.get("change_feed")),
         sink_options={"mergeSchema": "true"})
     if start is None:
-        return JobSpec(table_uri=source, mode="snapshot", sink=operator.sink_spec(),
-                       snapshot_version=end, **options)
-    return JobSpec(table_uri=source, mode="changes", sink=operator.sink_spec(),
-                   start_version=start, end_version=end, **options)
+        return JobSpec(table_uri=source, start=LoadStart("snapshot", end),
+                       sink=operator.sink_spec(), **options)
+    return JobSpec(table_uri=source, start=LoadStart("changes", start),
+                   sink=operator.sink_spec(), end_version=end, **options)
 
 
 class _Crash(Exception):

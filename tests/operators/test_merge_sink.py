@@ -10,6 +10,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
+from airflow_provider_delta.core import LoadStart
 from airflow_provider_delta.errors import MergeInputError, SinkSchemaMismatchError
 from airflow_provider_delta.job.driver import run_job
 from airflow_provider_delta.job.sinks import DeltaMergeSink
@@ -25,7 +26,7 @@ APP_ID = "merge-app"
 def _job(source: str, target: str, start: int = 0, end: int | None = None, *,
          keys: tuple[str, ...] = ("id",), change_feed: bool = True, **options) -> JobSpec:
     sink = SinkSpec(kind="delta-merge", path=target, app_id=APP_ID, merge_keys=keys)
-    return JobSpec(table_uri=source, mode="changes", sink=sink, start_version=start,
+    return JobSpec(table_uri=source, start=LoadStart("changes", start), sink=sink,
                    end_version=end, change_feed=change_feed, **options)
 
 

@@ -10,6 +10,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 from deltalake.transaction import CommitProperties, Transaction
 
+from airflow_provider_delta.core import LoadStart
 from airflow_provider_delta.errors import SinkRangeOverlapError, SinkWriterOverlapError
 from airflow_provider_delta.job.driver import run_job
 from airflow_provider_delta.job.sinks import DeltaAppendSink
@@ -28,7 +29,7 @@ def _operator(source, target, **kwargs):
 def _spec(source, target, start, end, **kwargs) -> JobSpec:
     """The job spec the operator submits for versions ``start..end``."""
     sink = _operator(source, target).sink_spec()
-    return JobSpec(table_uri=source, mode="changes", sink=sink, start_version=start,
+    return JobSpec(table_uri=source, start=LoadStart("changes", start), sink=sink,
                    end_version=end, **kwargs)
 
 
@@ -135,7 +136,7 @@ def _other_task_spec(source, target, start, end) -> JobSpec:
     """The spec a second task (its own appId), e.g. a backfill DAG, submits into ``target``."""
     sink = DeltaIncrementalOperator(task_id="backfill", table_uri=source, target=target,
                                     conn_id="no_spark_needed").sink_spec()
-    return JobSpec(table_uri=source, mode="changes", sink=sink, start_version=start,
+    return JobSpec(table_uri=source, start=LoadStart("changes", start), sink=sink,
                    end_version=end)
 
 
@@ -170,7 +171,7 @@ def test_overlapping_writers_are_allowed_when_asked(spark, tmp_path):
                                     conn_id="no_spark_needed",
                                     allow_overlapping_writers=True).sink_spec()
 
-    run_job(spark, JobSpec(table_uri=source, mode="changes", sink=sink, start_version=0,
+    run_job(spark, JobSpec(table_uri=source, start=LoadStart("changes", 0), sink=sink,
                            end_version=1, sql="select * from changes where id % 2 = 1"))
 
     assert delta_rows(target) == delta_rows(source)
@@ -182,15 +183,15 @@ def test_format_sink_loads_the_gap_a_backfill_left_instead_of_skipping_it(spark,
     source, target = _source(tmp_path / "source", 6), str(tmp_path / "target")
     parquet = {"sink": "parquet"}
     sink = _operator(source, target, **parquet).sink_spec()
-    run_job(spark, JobSpec(table_uri=source, mode="changes", sink=sink, start_version=0,
+    run_job(spark, JobSpec(table_uri=source, start=LoadStart("changes", 0), sink=sink,
                            end_version=1))
-    run_job(spark, JobSpec(table_uri=source, mode="changes", sink=sink, start_version=4,
+    run_job(spark, JobSpec(table_uri=source, start=LoadStart("changes", 4), sink=sink,
                            end_version=5))
 
     with pytest.raises(SinkRangeOverlapError, match="4..5"):
-        run_job(spark, JobSpec(table_uri=source, mode="changes", sink=sink, start_version=2,
+        run_job(spark, JobSpec(table_uri=source, start=LoadStart("changes", 2), sink=sink,
                                end_version=5))
-    run_job(spark, JobSpec(table_uri=source, mode="changes", sink=sink, start_version=2,
+    run_job(spark, JobSpec(table_uri=source, start=LoadStart("changes", 2), sink=sink,
                            end_version=3))
 
     written = spark.read.parquet(f"{target}/source_versions=*").toArrow()
