@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import stat
+import subprocess
 import sys
 import tempfile
 import threading
+import time
+import urllib.request
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
+import pyspark
 import pytest
 from deltalake import DeltaTable, QueryBuilder, write_deltalake
 
@@ -54,6 +60,71 @@ def private_tmp(tmp_path, monkeypatch):
     return folder
 
 
+@pytest.fixture
+def recorded_command_lines(tmp_path, monkeypatch, spark_local_conn):
+    """A ``spark-submit`` first on PATH that appends its command line to a file, then runs
+    the real one."""
+    bin_dir, lines = tmp_path / "bin", tmp_path / "command_lines.txt"
+    bin_dir.mkdir()
+    wrapper = bin_dir / "spark-submit"
+    real = Path(sys.executable).parent / "spark-submit"
+    wrapper.write_text(f'#!/bin/sh\nprintf "%s\\n" "$*" >> "{lines}"\nexec "{real}" "$@"\n')
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    return lines
+
+
+SPARK_CLASS = Path(sys.executable).parent / "spark-class"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _alive_workers(ui_port: int) -> int:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/json/", timeout=5) as reply:
+            return int(json.load(reply).get("aliveworkers", 0))
+    except OSError:
+        return 0
+
+
+@pytest.fixture
+def standalone_master(tmp_path):
+    """``spark://127.0.0.1:<port>`` with one 1-core worker; both stopped afterwards.
+
+    The pyspark wheel has no ``sbin/start-master.sh``, so the daemons are started the way
+    that script does it: ``spark-class`` with the Master and Worker main classes.
+    """
+    port, ui_port, worker_ui = _free_port(), _free_port(), _free_port()
+    master_url = f"spark://127.0.0.1:{port}"
+    env = {**os.environ, "SPARK_HOME": os.path.dirname(pyspark.__file__),
+           "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_WORKER_DIR": str(tmp_path / "work")}
+    logs = open(tmp_path / "daemons.log", "wb")  # noqa: SIM115 - closed below
+    daemons = [subprocess.Popen(
+        [str(SPARK_CLASS), "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+         "--port", str(port), "--webui-port", str(ui_port)], env=env, stdout=logs, stderr=logs)]
+    daemons.append(subprocess.Popen(
+        [str(SPARK_CLASS), "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
+         "--cores", "1", "--memory", "1g", "--webui-port", str(worker_ui), master_url],
+        env=env, stdout=logs, stderr=logs))
+    try:
+        deadline = time.monotonic() + 120
+        while _alive_workers(ui_port) < 1:
+            if time.monotonic() > deadline:
+                log = (tmp_path / "daemons.log").read_text()[-2000:]
+                pytest.fail(f"standalone cluster did not start: {log}")
+            time.sleep(1)
+        yield port
+    finally:
+        for daemon in reversed(daemons):
+            daemon.terminate()
+            daemon.wait(timeout=30)
+        logs.close()
+
+
 CONNECT_TOKEN = "connect-token-4242"  # distinctive, so tests can prove it never reaches a log
 # Not UTC, so a task that forgot to set its session's time zone, or a conf that leaked from one
 # session to the next, shows.
@@ -66,12 +137,15 @@ def connect_server(tmp_path_factory):
     from dags_examples.local_connect_server import LocalConnectServer
 
     log = tmp_path_factory.mktemp("connect") / "server.log"
+    ui_port = _free_port()  # its UI, where the secrets probe looks
     server = LocalConnectServer(log, token=CONNECT_TOKEN, confs={
+        "spark.ui.enabled": "true", "spark.ui.port": str(ui_port),
         "spark.sql.session.timeZone": CONNECT_SERVER_TIME_ZONE,
         "spark.sql.shuffle.partitions": "2", "spark.driver.memory": "1g",
         "spark.log.level": "WARN",
         "spark.driver.extraJavaOptions": SPARK_CONF["spark.driver.extraJavaOptions"],
     })
+    server.ui_url = f"http://127.0.0.1:{ui_port}"
     with server:
         yield server
 

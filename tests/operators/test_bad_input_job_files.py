@@ -5,9 +5,6 @@ or logs."""
 from __future__ import annotations
 
 import json
-import os
-import stat
-import sys
 import threading
 import time
 from pathlib import Path
@@ -120,20 +117,6 @@ def _recording_failure(failures: list, call, *args) -> None:
 
 SECRET = "moto-secret-key-98765"  # the shared S3 fixture's secret key
 SINK_SECRET = "sink-option-secret-13579"
-
-
-@pytest.fixture
-def recorded_command_lines(tmp_path, monkeypatch, spark_local_conn):
-    """A ``spark-submit`` first on PATH that appends its command line to a file, then runs
-    the real one."""
-    bin_dir, lines = tmp_path / "bin", tmp_path / "command_lines.txt"
-    bin_dir.mkdir()
-    wrapper = bin_dir / "spark-submit"
-    real = Path(sys.executable).parent / "spark-submit"
-    wrapper.write_text(f'#!/bin/sh\nprintf "%s\\n" "$*" >> "{lines}"\nexec "{real}" "$@"\n')
-    wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    return lines
 
 
 @pytest.mark.parametrize("given_as", ["storage_options", "aws_connection"])

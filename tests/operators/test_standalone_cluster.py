@@ -4,74 +4,17 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
 import sys
-import time
-import urllib.request
-from pathlib import Path
 
-import pyspark
 import pytest
 from airflow.sdk import DAG
 
 from airflow_provider_delta.operators import DeltaIncrementalOperator
 from airflow_provider_delta.sensors import DeltaVersionSensor
 
-from .conftest import SPARK_CONF, append_rows, delta_rows, recorded
+from .conftest import SPARK_CLASS, SPARK_CONF, append_rows, delta_rows, recorded
 
 pytestmark = pytest.mark.slow
-
-SPARK_CLASS = Path(sys.executable).parent / "spark-class"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _alive_workers(ui_port: int) -> int:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/json/", timeout=5) as reply:
-            return int(json.load(reply).get("aliveworkers", 0))
-    except OSError:
-        return 0
-
-
-@pytest.fixture
-def standalone_master(tmp_path):
-    """``spark://127.0.0.1:<port>`` with one 1-core worker; both stopped afterwards.
-
-    The pyspark wheel has no ``sbin/start-master.sh``, so the daemons are started the way
-    that script does it: ``spark-class`` with the Master and Worker main classes.
-    """
-    port, ui_port, worker_ui = _free_port(), _free_port(), _free_port()
-    master_url = f"spark://127.0.0.1:{port}"
-    env = {**os.environ, "SPARK_HOME": os.path.dirname(pyspark.__file__),
-           "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_WORKER_DIR": str(tmp_path / "work")}
-    logs = open(tmp_path / "daemons.log", "wb")  # noqa: SIM115 - closed below
-    daemons = [subprocess.Popen(
-        [str(SPARK_CLASS), "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-         "--port", str(port), "--webui-port", str(ui_port)], env=env, stdout=logs, stderr=logs)]
-    daemons.append(subprocess.Popen(
-        [str(SPARK_CLASS), "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
-         "--cores", "1", "--memory", "1g", "--webui-port", str(worker_ui), master_url],
-        env=env, stdout=logs, stderr=logs))
-    try:
-        deadline = time.monotonic() + 120
-        while _alive_workers(ui_port) < 1:
-            if time.monotonic() > deadline:
-                log = (tmp_path / "daemons.log").read_text()[-2000:]
-                pytest.fail(f"standalone cluster did not start: {log}")
-            time.sleep(1)
-        yield port
-    finally:
-        for daemon in reversed(daemons):
-            daemon.terminate()
-            daemon.wait(timeout=30)
-        logs.close()
-
 
 def test_sensor_then_incremental_load_on_a_standalone_cluster(standalone_master, monkeypatch,
                                                               run_dag, xcom_value, task_states,

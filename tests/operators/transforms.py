@@ -218,3 +218,71 @@ def run_for_hours(spark, df, context):
         return value
 
     return df.withColumn("id", F.udf(slow, LongType())("id"))
+
+
+PROBE_ENV = "DELTA_TEST_PROBE"
+
+
+def probe_while_running(spark, df, context):
+    """While the job runs, look where a person or another process could: the Spark UI's REST
+    API (and its Environment page), every process's command line, and every file under the
+    folders named in ``$DELTA_TEST_PROBE`` (a JSON file: ``secrets``, ``folders``, ``ui_url``
+    when the session cannot tell it, ``out``); append what was seen as a JSON line to ``out``.
+    Task ``failing`` then fails."""
+    import json
+    import os
+    import urllib.request
+
+    with open(os.environ[PROBE_ENV]) as instructions:
+        probe = json.load(instructions)
+    context_ui = getattr(spark, "sparkContext", None)
+    ui_url = probe.get("ui_url") or (context_ui.uiWebUrl if context_ui is not None else None)
+    seen = {"task_id": context["task_id"], "ui": _spark_ui_texts(ui_url, urllib.request),
+            "command_lines": _command_lines(), "files": {}}
+    for folder in probe["folders"]:
+        for parent, _, names in os.walk(folder):
+            for name in names:
+                path = os.path.join(parent, name)
+                if (path in (probe["out"], os.environ[PROBE_ENV]) or not os.path.isfile(path)
+                        or name.startswith(probe["db_file"])):  # searched table by table
+                    continue
+                with open(path, "rb") as file:
+                    content = file.read()
+                seen["files"][path] = [s for s in probe["secrets"] if s.encode() in content]
+    with open(probe["out"], "a") as out:
+        out.write(json.dumps(seen) + "\n")
+    if context["task_id"].startswith("failing"):
+        raise RuntimeError(f"probe: task {context['task_id']} fails as planned")
+    return df
+
+
+def _spark_ui_texts(ui_url, request):
+    """The REST API's environment and SQL answers of every application, and the HTML
+    Environment page, by address."""
+    import json
+
+    if not ui_url:
+        return {}
+    api = f"{ui_url.rstrip('/')}/api/v1/applications"
+    texts = {}
+    for app in json.loads(request.urlopen(api, timeout=60).read()):
+        for page in ("environment", "sql?details=true&planDescription=true"):
+            texts[f"{api}/{app['id']}/{page}"] = request.urlopen(
+                f"{api}/{app['id']}/{page}", timeout=60).read().decode()
+    texts["environment/"] = request.urlopen(f"{ui_url.rstrip('/')}/environment/",
+                                            timeout=60).read().decode()
+    return texts
+
+
+def _command_lines():
+    """Every process's command line, as ``ps`` shows it to any user."""
+    import os
+
+    lines = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                lines.append(cmdline.read().replace(b"\0", b" ").decode(errors="replace"))
+        except OSError:
+            continue
+    return lines
