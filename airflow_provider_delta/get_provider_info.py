@@ -54,6 +54,12 @@ def get_provider_info() -> dict:
                 "python-modules": ["airflow_provider_delta.hooks.delta"],
             }
         ],
+        "plugins": [
+            {
+                "name": "delta_tables",
+                "plugin-class": "airflow_provider_delta.plugins.delta_tables_plugin.DeltaTablesPlugin",
+            }
+        ],
         "extra-links": ["airflow_provider_delta.operators.links.SparkUILink"],
         "connection-types": [
             {

@@ -263,3 +263,55 @@ def upload(s3_store):
         return f"s3://{S3_BUCKET}/{prefix}"
 
     return put_tree
+
+
+@pytest.fixture
+def statsd_lines(monkeypatch):
+    """``[metrics] statsd_on`` towards a UDP socket on 127.0.0.1, with InfluxDB-style tags;
+    ``statsd_lines()`` returns the StatsD lines received so far. Stats is set up as Airflow's task runner sets it up
+    (dag.test() and triggers run in the test process, where nothing else does)."""
+    import socket
+    import threading
+
+    from airflow.sdk._shared.observability.metrics.base_stats_logger import NoStatsLogger
+    from airflow.sdk.observability import stats
+    from airflow.sdk.observability.metrics import stats_utils
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.settimeout(0.2)
+    lines: list[str] = []
+    done = threading.Event()
+
+    def receive():
+        while not done.is_set():
+            try:
+                lines.extend(sock.recv(65535).decode().splitlines())
+            except socket.timeout:
+                continue
+
+    for key, value in {"STATSD_ON": "True", "STATSD_HOST": "127.0.0.1",
+                       "STATSD_PORT": str(sock.getsockname()[1]),
+                       "STATSD_INFLUXDB_ENABLED": "True"}.items():
+        monkeypatch.setenv(f"AIRFLOW__METRICS__{key}", value)
+    stats.initialize(factory=stats_utils.get_stats_factory(), export_legacy_names=False)
+    thread = threading.Thread(target=receive, daemon=True)
+    thread.start()
+
+    def received() -> list[str]:
+        # Loopback datagrams queue in order on the one socket: once a marker sent now is read,
+        # so is everything sent before it.
+        marker = f"marker.{len(lines)}.{id(lines)}:1|c"
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sender:
+            sender.sendto(marker.encode(), sock.getsockname())
+        while marker not in lines:
+            done.wait(0.05)
+        return [line for line in lines if not line.startswith("marker.")]
+
+    try:
+        yield received
+    finally:
+        stats.initialize(factory=NoStatsLogger, export_legacy_names=False)
+        done.set()
+        thread.join()
+        sock.close()

@@ -35,7 +35,7 @@ try:
 except ModuleNotFoundError as missing:
     raise MissingSparkExtraError("DeltaIncrementalOperator and DeltaTimeTravelOperator") from missing
 
-from airflow_provider_delta import core
+from airflow_provider_delta import core, freshness
 from airflow_provider_delta.core.model import LoadStart
 from airflow_provider_delta.core.probe import VersionProbe
 from airflow_provider_delta.errors import InvalidParameterError
@@ -372,6 +372,7 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
     def finish(self, context: Context, result: JobResult) -> dict[str, Any]:
         """Emit the asset event and return what goes to XCom."""
         self._job_result = result
+        freshness.record_load(self, context, result)
         if self.target:
             asset = Asset(uri=to_uri(self.target), name=to_uri(self.target))
             context["outlet_events"][asset].extra = {

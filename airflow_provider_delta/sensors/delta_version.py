@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
 from airflow.sdk.exceptions import AirflowSensorTimeout
 
+from airflow_provider_delta import freshness
 from airflow_provider_delta.core.probe import VersionProbe, VersionRange
 from airflow_provider_delta.errors import DeltaProviderError, VersionNotAvailableError
 from airflow_provider_delta.hooks.delta import DeltaHook
@@ -196,6 +197,7 @@ class DeltaVersionSensor(BaseSensorOperator):
         else:
             found = self.probe.new_range(start.version, latest, self.min_new_versions)
         self._found = found and _found(found, start)
+        freshness.emit_lag(self.probe, stored and stored.version, latest, context["ti"])
         return start.version, self._found
 
     def _latest_when_waiting_began(self, context: Context, latest_now: int) -> int:

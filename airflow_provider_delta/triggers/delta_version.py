@@ -40,6 +40,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
+from airflow_provider_delta import freshness
 from airflow_provider_delta.core.probe import VersionProbe, VersionRange
 from airflow_provider_delta.errors import DeltaProviderError, TableNotFoundError
 from airflow_provider_delta.storage import to_uri
@@ -183,6 +184,7 @@ class DeltaVersionTrigger(BaseEventTrigger):
     async def _announce(self, found: VersionRange, mode: str, probe: VersionProbe
                         ) -> AsyncIterator[TriggerEvent]:
         """The event of ``found``; then a watcher's watermark moves to its end (at least once)."""
+        await asyncio.to_thread(freshness.emit_range_lag, probe, found, mode, self.task_instance)
         yield TriggerEvent({"status": "success", **found, "mode": mode})
         if not self.fire_once and self.asset_state_store is not None and not self._shared_by_assets:
             await self.asset_state_store.aset(
