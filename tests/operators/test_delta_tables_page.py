@@ -173,6 +173,8 @@ def test_lag_metrics_api_and_page(tmp_path, run_dag, task_states, xcom_value, sp
         rows = {row["table_uri"]: row for row in get_json(f"{url}/delta-provider/api/tables", token)}
         assert "error" not in rows[tables["events"]] and rows[tables["events"]]["lag_versions"] == 2
         assert rows[tables["orders"]]["error"] and rows[tables["orders"]]["lag_versions"] is None
+    if os.environ.get("DELTA_SCREENSHOT_DIR"):  # keep it past pytest's temp-dir rotation
+        screenshot = Path(shutil.copy(screenshot, os.environ["DELTA_SCREENSHOT_DIR"]))
     print(f"screenshot: {screenshot}")
     # Sorted by lag, most behind first.
     assert [(r["table"], r["lag"]) for r in shown] == [(tables["events"], "2"),
