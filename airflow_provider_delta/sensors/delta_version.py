@@ -197,7 +197,7 @@ class DeltaVersionSensor(BaseSensorOperator):
         else:
             found = self.probe.new_range(start.version, latest, self.min_new_versions)
         self._found = found and _found(found, start)
-        freshness.emit_lag(self.probe, stored and stored.version, latest, context["ti"])
+        freshness.emit_lag(self.probe, stored and stored.version, latest, context.get("ti"))
         return start.version, self._found
 
     def _latest_when_waiting_began(self, context: Context, latest_now: int) -> int:

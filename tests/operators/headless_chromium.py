@@ -22,7 +22,7 @@ from websockets.sync.client import connect
 class HeadlessChromium:
     """One Chromium process with one page; stop() ends it by its own PID."""
 
-    def __init__(self, folder: Path, width: int = 1500, height: int = 700):
+    def __init__(self, folder: Path, width: int = 1600, height: int = 560):
         executable = shutil.which("chromium") or shutil.which("chromium-browser")
         if executable is None:
             raise RuntimeError("Debian's `chromium` is not installed (apt-get install -y chromium)")

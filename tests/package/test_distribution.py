@@ -44,6 +44,11 @@ def test_wheel_registers_the_airflow_provider_entry_point(wheel):
     assert dict(entry_points["apache_airflow_provider"]) == {
         "provider_info": "airflow_provider_delta.get_provider_info:get_provider_info"
     }
+    # The "Delta tables" page: its plugin, found by default, and the script the UI loads.
+    assert dict(entry_points["airflow.plugins"]) == {
+        "delta_tables": "airflow_provider_delta.plugins.delta_tables_plugin:DeltaTablesPlugin"
+    }
+    assert "airflow_provider_delta/plugins/www/delta_tables.js" in wheel.namelist()
 
 
 def test_wheel_metadata_declares_spdx_license_and_airflow_classifiers(wheel):

@@ -18,6 +18,14 @@ const num = { ...cell, textAlign: "right", fontVariantNumeric: "tabular-nums" };
 const muted = { opacity: 0.65, fontSize: "0.85em" };
 const link = { color: "inherit", textDecoration: "underline dotted" };
 
+const wrapped = { whiteSpace: "normal", wordBreak: "break-all", maxWidth: "26em" };
+
+// The last segment of a path or URI: what people call the table.
+function baseName(uri) {
+  const parts = String(uri).replace(/\/+$/, "").split("/");
+  return parts[parts.length - 1] || uri;
+}
+
 function uiUrl(path) {
   return new URL(path, document.baseURI).href;
 }
@@ -74,7 +82,8 @@ function LastLoad({ load }) {
   if (!load) return h("span", { style: muted }, "no load yet");
   return h("div", null,
     h("div", null, `${since(load.end_date)} · ${load.rows ?? 0} rows · ${load.batches} batch${load.batches === 1 ? "" : "es"}`),
-    load.target ? h("div", { style: muted }, `${load.target} @ v${load.target_version ?? "–"}`) : null);
+    load.target ? h("div", { style: muted, title: load.target },
+      `→ ${baseName(load.target)} @ v${load.target_version ?? "–"}`) : null);
 }
 
 function Row({ row }) {
@@ -84,8 +93,10 @@ function Row({ row }) {
     "data-testid": "delta-table-row", "data-table": row.table_uri,
     "data-lag-versions": row.lag_versions ?? "", "data-error": row.error ? "true" : "false",
   },
-    h("td", { style: cell }, h("div", { style: { fontFamily: "monospace" } }, row.table_uri),
-      row.error ? h("div", { style: { color: "#d64545", whiteSpace: "normal", maxWidth: "40em" } }, row.error) : null),
+    h("td", { style: cell },
+      h("div", { style: { fontWeight: 600 } }, baseName(row.table_uri)),
+      h("div", { style: { ...muted, ...wrapped, fontFamily: "monospace" } }, row.table_uri),
+      row.error ? h("div", { style: { ...wrapped, color: "#d64545" }, "data-testid": "row-error" }, row.error) : null),
     h("td", { style: cell }, h(Consumer, { row })),
     h("td", { style: cell }, row.watermark_store, h("div", { style: muted }, row.watermark_key)),
     h("td", { style: num }, row.latest_version ?? "–"),
