@@ -450,18 +450,23 @@ def read_checkpoint(location: TableLocation, parts: list[CheckpointFile], state:
     """
     columns = ["protocol", "metaData", "sidecar"] + (["add"] if state.with_files else [])
     for part in parts:
-        source = location.log_file_source(part.name)
-        if source is None:
-            raise LogGapError(location.table_uri, [part.version])
-        if part.name.endswith(".json"):
-            actions = _v2_json_actions(location, part, _bytes(source))
-        else:
-            actions = _parquet_actions(location, part.version, part.name, source, columns, state)
-        for action in actions:
+        for action in checkpoint_part_actions(location, part, columns, state):
             if "sidecar" in action and state.with_files:
                 _read_sidecar(location, action["sidecar"], part.version, state)
             elif "sidecar" not in action and "remove" not in action:  # not a tombstone
                 state.apply([action], part.version)
+
+
+def checkpoint_part_actions(location: TableLocation, part: CheckpointFile, columns: list[str],
+                            state: LogState | None = None) -> list[dict[str, Any]]:
+    """The actions of ``columns`` in one checkpoint part (a v2 JSON part: all of them); its
+    ``add`` column goes to ``state`` (see :func:`_parquet_actions`)."""
+    source = location.log_file_source(part.name)
+    if source is None:
+        raise LogGapError(location.table_uri, [part.version])
+    if part.name.endswith(".json"):
+        return _v2_json_actions(location, part, _bytes(source))
+    return _parquet_actions(location, part.version, part.name, source, columns, state)
 
 
 def _read_sidecar(location: TableLocation, sidecar: Mapping[str, Any], version: int,
@@ -495,7 +500,7 @@ def _v2_json_actions(location: TableLocation, part: CheckpointFile, raw: bytes
 
 
 def _parquet_actions(location: TableLocation, version: int, name: str, source: str | bytes,
-                     columns: list[str], state: LogState) -> list[dict[str, Any]]:
+                     columns: list[str], state: LogState | None) -> list[dict[str, Any]]:
     """The non-null actions of the given columns of a checkpoint Parquet file.
 
     ``add`` is read row group by row group, only the fields planning needs, into
