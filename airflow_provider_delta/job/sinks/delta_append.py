@@ -24,7 +24,9 @@ from airflow_provider_delta.job.sinks.base import Sink, SinkWrite
 from airflow_provider_delta.job.sinks.delta_schema import (
     add_new_columns, arrow_schema, check_rows, delta_schema,
 )
-from airflow_provider_delta.job.sinks.target_log import TargetLog, open_target, require_app_id
+from airflow_provider_delta.job.sinks.target_log import (
+    COMMIT_ATTEMPTS, TargetLog, open_target, require_app_id,
+)
 from airflow_provider_delta.job.sinks.targets import (
     STAGING_FOLDER, refuse_delta_target, refuse_source_table_id,
 )
@@ -40,35 +42,32 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
-COMMIT_ATTEMPTS = 10
 
 
 class DeltaAppendSink(Sink):
     """Append to a Delta table, exactly once per ``(app_id, source version)``.
 
-    Every question opens the target afresh: each commit attempt builds on the latest version.
+    The target is opened once per job and brought up to date (only the commits since the last
+    look) before each question on its log and each commit attempt.
     """
 
     def __init__(self, spec: SinkSpec):
         require_app_id(spec)
         self.spec = spec
         self.uri = to_uri(spec.path)
+        self._target = TargetLog(spec)
 
     def _table(self) -> DeltaTable | None:
-        return open_target(self.uri, self.spec.storage_options)
-
-    def _log(self, table: DeltaTable | None = None) -> TargetLog:
-        """The target's log as it stands (``table``: as this one opened it)."""
-        return TargetLog(self.spec, self._table() if table is None else table)
+        return self._target.current()
 
     def committed_version(self) -> int | None:
-        return self._log().committed_version()
+        return self._target.latest().committed_version()
 
     def held_through(self, first: int | None) -> int | None:
-        return self._log().held_through(first)
+        return self._target.latest().held_through(first)
 
     def first_unwritten(self, start: int, end: int | None) -> int:
-        return self._log().first_unwritten(start, end)
+        return self._target.latest().first_unwritten(start, end)
 
     def check_target(self, source_uri: str) -> None:
         """Not the source's location, not a file, not a folder of files of another kind."""
@@ -84,7 +83,7 @@ class DeltaAppendSink(Sink):
     def write(self, df: DataFrame | None, start_version: int, end_version: int) -> SinkWrite:
         if self.spec.use_delta_spark:
             return self._write_with_delta_spark(df, end_version)
-        add_new_columns(self.spec, self._table(), delta_schema(df))
+        add_new_columns(self.spec, self._target.latest().table, delta_schema(df))
         partition_by = self._partition_by()
         staging = f"{STAGING_FOLDER}/{end_version:020d}-{uuid.uuid4().hex}"
         log.info("writing batch %s..%s to %s/%s", start_version, end_version, self.uri, staging)
@@ -95,15 +94,16 @@ class DeltaAppendSink(Sink):
         for _ in range(COMMIT_ATTEMPTS):
             # Delta's optimistic concurrency: check the snapshot the commit builds on; a commit
             # made since then is caught as a conflict by deltalake, and checked again here.
-            table = self._table()
-            if self._log(table).holds_batch(start_version, end_version):
+            target = self._target.latest()
+            if target.holds_batch(start_version, end_version):
                 log.warning("%s: another run committed source versions %s..%s (target version "
                             "%s) while this one wrote them; its staged files are dropped",
-                            self.uri, start_version, end_version, table.version())
+                            self.uri, start_version, end_version, target.table.version())
                 self._drop_staged(staging)
-                return SinkWrite(rows=0, sink_version=table.version())
-            if self._commit(table, adds, schema, partition_by, start_version, end_version):
-                return SinkWrite(rows=rows, sink_version=self._table().version())
+                return SinkWrite(rows=0, sink_version=target.table.version())
+            version = target.next_version
+            if self._commit(target, adds, schema, partition_by, start_version, end_version):
+                return SinkWrite(rows=rows, sink_version=version)
         raise RuntimeError(f"{self.uri}: {COMMIT_ATTEMPTS} commits of source versions "
                            f"{start_version}..{end_version} lost to concurrent writers")
 
@@ -133,13 +133,12 @@ class DeltaAppendSink(Sink):
         ]
         return adds, sum(rows for _, _, rows in files)
 
-    def _commit(self, table: DeltaTable | None, adds: list[AddAction], schema: pa.Schema,
+    def _commit(self, target: TargetLog, adds: list[AddAction], schema: pa.Schema,
                 partition_by: list[str], start_version: int, end_version: int) -> bool:
-        """One commit of ``adds`` with this app's txn on top of ``table`` (None: create it);
-        False if a concurrent commit won."""
-        # deltalake would retry a lost create as the next version, with the same rows: no retry
-        properties = self._log(table).commit_properties(
-            start_version, end_version, retries=0 if table is None else None)
+        """One commit of ``adds`` with this app's records on top of ``target``'s snapshot
+        (none: create the table); False if a concurrent commit won."""
+        table = target.table
+        properties = target.commit_properties(start_version, end_version)
         try:
             if table is None:
                 create_table_with_add_actions(
@@ -154,7 +153,7 @@ class DeltaAppendSink(Sink):
             log.warning("%s: concurrent commit, checking the log again: %s", self.uri, error)
             return False
         except DeltaError:
-            if table is None and self._table() is not None:
+            if table is None and open_target(self.uri, self.spec.storage_options) is not None:
                 log.warning("%s: another run created the table first; checking it", self.uri)
                 return False
             raise
@@ -167,7 +166,7 @@ class DeltaAppendSink(Sink):
         (df.write.format("delta").mode("append")
            .option("txnAppId", self.spec.app_id).option("txnVersion", end_version)
            .partitionBy(*self.spec.partition_by).save(spark_uri(self.uri)))
-        return SinkWrite(rows=None, sink_version=self._table().version())
+        return SinkWrite(rows=None, sink_version=self._target.latest().table.version())
 
 
 def _partition_values(relative_path: str) -> dict[str, str | None]:

@@ -23,13 +23,15 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable, Schema, write_deltalake
-from deltalake.exceptions import DeltaError
+from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.transaction import CommitProperties
 
 from airflow_provider_delta.errors import MergeInputError
 from airflow_provider_delta.job.sinks.base import Sink, SinkWrite
 from airflow_provider_delta.job.sinks.delta_schema import add_new_columns, check_rows, check_schema
-from airflow_provider_delta.job.sinks.target_log import TargetLog, open_target, require_app_id
+from airflow_provider_delta.job.sinks.target_log import (
+    COMMIT_ATTEMPTS, TargetLog, open_target, require_app_id,
+)
 from airflow_provider_delta.job.sinks.targets import refuse_delta_target, refuse_source_table_id
 from airflow_provider_delta.job.spec import SinkSpec
 from airflow_provider_delta.storage import to_uri
@@ -61,42 +63,29 @@ class DeltaMergeSink(Sink):
         self.spec = spec
         self.uri = to_uri(spec.path)
         self.keys = list(spec.merge_keys)
-        self._target: DeltaTable | None = None
+        self._target = TargetLog(spec)
         self._resume_looked_up_at: int | None = None  # target version first_unwritten read
 
     def _table(self) -> DeltaTable | None:
-        """The target as last opened or updated (checks of its id and schema need no newer
-        version)."""
-        if self._target is None:
-            self._target = open_target(self.uri, self.spec.storage_options)
-        return self._target
-
-    def _latest_table(self) -> DeltaTable | None:
-        """The target at its latest version, reading only the commits since the last look."""
-        if self._target is not None:
-            self._target.update_incremental()
-        return self._table()
-
-    def _log(self) -> TargetLog:
-        return TargetLog(self.spec, self._latest_table())
+        return self._target.current()
 
     def committed_version(self) -> int | None:
-        return self._log().committed_version()
+        return self._target.latest().committed_version()
 
     def held_through(self, first: int | None) -> int | None:
-        return self._log().held_through(first)
+        return self._target.latest().held_through(first)
 
     def first_unwritten(self, start: int, end: int | None) -> int:
-        table = self._latest_table()
-        self._resume_looked_up_at = None if table is None else table.version()
-        return TargetLog(self.spec, table).first_unwritten(start, end)
+        target = self._target.latest()
+        self._resume_looked_up_at = None if target.table is None else target.table.version()
+        return target.first_unwritten(start, end)
 
-    def _committed_by_another_run(self, table: DeltaTable, start: int, end: int) -> bool:
+    def _committed_by_another_run(self, target: TargetLog, start: int, end: int) -> bool:
         # Nothing was committed since first_unwritten read the log: the driver plans only
         # batches after what it found, so no other run can have merged this one.
-        if table.version() == self._resume_looked_up_at:
+        if target.table.version() == self._resume_looked_up_at:
             return False
-        return TargetLog(self.spec, table).holds_batch(start, end)
+        return target.holds_batch(start, end)
 
     def check_target(self, source_uri: str) -> None:
         refuse_delta_target(source_uri, self.uri, self.spec.storage_options, self._table)
@@ -132,22 +121,30 @@ class DeltaMergeSink(Sink):
     def write_changes(self, rows: pa.Table, start_version: int, end_version: int) -> SinkWrite:
         """Apply a batch's feed (data columns, ``_change_type``, ``_commit_version``)."""
         changes = self._last_changes(rows)
-        add_new_columns(self.spec, self._table(), _data_schema(rows))  # MERGE would drop them
-        table = self._latest_table()
-        if table is None:
-            table = self._create(changes, start_version, end_version)
-            if table is None:
-                return SinkWrite(rows=changes.num_rows, sink_version=self._table().version())
-        if self._committed_by_another_run(table, start_version, end_version):
-            log.warning("%s: another run merged source versions %s..%s (target version %s) "
-                        "since this one looked; not merging them again", self.uri,
-                        start_version, end_version, table.version())
-            return SinkWrite(rows=0, sink_version=table.version())
-        properties = TargetLog(self.spec, table).commit_properties(start_version, end_version)
-        self._merge(table, changes, properties)
-        log.info("merged %d key change(s) into %s with txn %s=%s", changes.num_rows, self.uri,
-                 self.spec.app_id, end_version)
-        return SinkWrite(rows=changes.num_rows, sink_version=table.version())
+        add_new_columns(self.spec, self._target.latest().table, _data_schema(rows))  # MERGE
+        for _ in range(COMMIT_ATTEMPTS):  # would drop their values
+            target = self._target.latest()
+            if target.table is None:
+                if self._create(target, changes, start_version, end_version):
+                    return SinkWrite(rows=changes.num_rows, sink_version=0)
+                continue
+            if self._committed_by_another_run(target, start_version, end_version):
+                log.warning("%s: another run merged source versions %s..%s (target version %s) "
+                            "since this one looked; not merging them again", self.uri,
+                            start_version, end_version, target.table.version())
+                return SinkWrite(rows=0, sink_version=target.table.version())
+            version = target.next_version
+            try:
+                self._merge(target.table, changes,
+                            target.commit_properties(start_version, end_version))
+            except CommitFailedError as error:
+                log.warning("%s: concurrent commit, checking the log again: %s", self.uri, error)
+                continue
+            log.info("merged %d key change(s) into %s with txn %s=%s", changes.num_rows,
+                     self.uri, self.spec.app_id, end_version)
+            return SinkWrite(rows=changes.num_rows, sink_version=version)
+        raise RuntimeError(f"{self.uri}: {COMMIT_ATTEMPTS} merges of source versions "
+                           f"{start_version}..{end_version} lost to concurrent writers")
 
     def _last_changes(self, rows: pa.Table) -> pa.Table:
         """Each key's last change: data columns and the merge operation.
@@ -179,24 +176,22 @@ class DeltaMergeSink(Sink):
                 f"with merge_keys {self.keys} = {[row[k] for k in self.keys]}; merge_keys "
                 "must identify a row: add columns to them")
 
-    def _create(self, changes: pa.Table, start_version: int,
-                end_version: int) -> DeltaTable | None:
-        """Create the target with the batch's upserts (None); the table another run created
-        first if it won the race (deltalake would retry this create as its next version)."""
+    def _create(self, target: TargetLog, changes: pa.Table, start_version: int,
+                end_version: int) -> bool:
+        """Create the target with the batch's upserts; False if another run created it first
+        (deltalake would retry this create as its next version, with the same rows)."""
         upserts = changes.filter(pc.equal(changes[_OPERATION], _UPSERT))
         try:
             write_deltalake(self.uri, upserts.drop_columns([_OPERATION]), mode="error",
                             partition_by=list(self.spec.partition_by) or None,
                             storage_options=self.spec.storage_options,
-                            commit_properties=TargetLog(self.spec, None).commit_properties(
-                                start_version, end_version, retries=0))
+                            commit_properties=target.commit_properties(start_version, end_version))
         except DeltaError:  # CommitFailedError too
-            table = self._table()
-            if table is None:
+            if open_target(self.uri, self.spec.storage_options) is None:
                 raise
             log.warning("%s: another run created the table first; merging into it", self.uri)
-            return table
-        return None
+            return False
+        return True
 
     def _merge(self, table: DeltaTable, changes: pa.Table, properties: CommitProperties) -> None:
         before = table.version()

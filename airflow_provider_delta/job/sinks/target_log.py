@@ -1,29 +1,53 @@
 """What this provider records in a Delta target, and the rules that read it.
 
-Each batch's commit carries a ``txn`` action (appId, the batch's last source version), as
-Delta's idempotent writes do, and commitInfo keys naming the source range it holds, the appId
-and the source. From these the sinks learn where a job resumes, how far a task holds its
-source without a hole, and whether another writer holds versions a request would write again.
+Each batch's commit carries ``txn`` actions, which every checkpoint carries, so that what the
+rules need stays in the target's snapshot whatever its history and log cleanup:
 
-Every read of the target's history happens here, behind :class:`TargetLog`; the Delta sinks
-use it as a helper and hold no rule of their own about what a target records.
+* ``<appId>`` = the batch's last source version, as Delta's idempotent writes do;
+* per run (one appId's commits from one source that follow each other without a hole),
+  records named ``airflow_provider_delta/<JSON>``: the run's last source version, the target
+  version of its newest commit, its number of commits, and the source starts of its newest
+  ``REMEMBERED_STARTS`` commits (a ring);
+* ``airflow_provider_delta/layout`` = 2: the target holds these records.
+
+The commitInfo keys (source range, appId, source) are still written, for people reading the
+history. Targets of older versions hold only those: they are read once, from the history, and
+the first commit carries them forward as records. Reading the records costs the newest
+checkpoint's txn column plus the commits after it (:mod:`~airflow_provider_delta.core.
+transactions`), then only the commits since the last read.
+
+Every read of what the target records happens here, behind :class:`TargetLog`; the Delta
+sinks use it as a helper and hold no rule of their own about what a target records.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field
 
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError as DeltaTableNotFound
 from deltalake.transaction import CommitProperties, Transaction
 
-from airflow_provider_delta.errors import SinkRangeOverlapError, SinkWriterOverlapError
+from airflow_provider_delta.core.delta_log import TableLocation
+from airflow_provider_delta.core.transactions import commit_transactions, snapshot_transactions
+from airflow_provider_delta.errors import (
+    DeltaProviderError, SinkRangeOverlapError, SinkWriterOverlapError,
+)
 from airflow_provider_delta.job.spec import SinkSpec
 from airflow_provider_delta.storage import to_uri
 
 SOURCE_VERSIONS_KEY = "airflow_provider_delta.source_versions"
 APP_ID_KEY = "airflow_provider_delta.app_id"
 SOURCE_KEY = "airflow_provider_delta.source"
+RECORD_PREFIX = "airflow_provider_delta/"
+LAYOUT_APP_ID = f"{RECORD_PREFIX}layout"
+LAYOUT = 2
+# Starts of a run's newest commits kept exactly: a retry resumes at one of them (the watermark
+# lags by the batches of failed attempts). Further back, any version counts as a start.
+REMEMBERED_STARTS = 32
+# Commit attempts of one batch against concurrent writers (each rebuilt on the newer snapshot).
+COMMIT_ATTEMPTS = 20
 
 
 def open_target(uri: str, storage_options: dict[str, str] | None) -> DeltaTable | None:
@@ -40,107 +64,71 @@ def require_app_id(spec: SinkSpec) -> None:
         raise ValueError(f"{spec.path}: a delta sink needs an app_id for its txn actions")
 
 
-class TargetLog:
-    """What one job (``spec.app_id``) and other writers recorded in the target ``table``.
+@dataclass
+class Run:
+    """One appId's commits from one source covering ``first..last`` without a hole."""
 
-    ``table`` None is a target not created yet. Each question reads the table as it stands
-    when asked (a caller that brings the table up to date gets fresh answers).
-    """
+    app_id: str
+    source: str | None
+    first: int
+    last: int
+    target_version: int  # of its newest commit
+    commits: int = 1
+    starts: dict[int, int] = field(default_factory=dict)  # ring slot -> a commit's first
 
-    def __init__(self, spec: SinkSpec, table: DeltaTable | None):
-        self.spec = spec
-        self.uri = to_uri(spec.path)
-        self.table = table
+    @property
+    def key(self) -> tuple[str, str | None, int]:
+        return self.app_id, self.source, self.first
 
-    @classmethod
-    def open(cls, spec: SinkSpec) -> TargetLog:
-        """The log of the target at its latest version."""
-        return cls(spec, open_target(to_uri(spec.path), spec.storage_options))
+    def extended(self, first: int, last: int, target_version: int) -> Run:
+        """This run with one more commit ``first..last`` (``first == self.last + 1``)."""
+        starts = {**self.starts, self.commits % REMEMBERED_STARTS: first}
+        return Run(self.app_id, self.source, self.first, last, target_version,
+                   self.commits + 1, starts)
 
-    def commit_properties(self, start_version: int, end_version: int, *,
-                          retries: int | None = None) -> CommitProperties:
-        """What a batch's commit records: the txn (appId, last source version), the source
-        range, the appId and the source."""
-        return CommitProperties(
-            max_commit_retries=retries,
-            app_transactions=[Transaction(self.spec.app_id, end_version)],
-            custom_metadata={SOURCE_VERSIONS_KEY: f"{start_version}..{end_version}",
-                             APP_ID_KEY: self.spec.app_id,
-                             **({SOURCE_KEY: self.spec.source} if self.spec.source else {})},
-        )
-
-    def committed_version(self) -> int | None:
-        """This app's txn version, else (unmapped tasks) the one of the appId older versions of
-        this provider used for the same DAG, task and target."""
-        if self.table is None:
-            return None
-        version = self.table.transaction_version(self.spec.app_id)
-        if version is None and self.spec.legacy_app_id:
-            return self.table.transaction_version(self.spec.legacy_app_id)
-        return version
-
-    def held_through(self, first: int | None) -> int | None:
-        """The end of this app's commits that tile the source versions from ``first`` (None:
-        from its first commit) without a hole: a txn alone cannot tell whether a backfill of
-        this task left versions before it out."""
-        if self.table is None:
-            return None
-        own = [(c.first, c.last) for c in self._provider_commits() if c.app_id == self.spec.app_id]
-        if not own:  # written by older versions, or the commits' history was cleaned up
-            return self.committed_version()
-        return contiguous_end(own, min(own)[0] if first is None else first)
-
-    def first_unwritten(self, start: int, end: int | None) -> int:
-        """The first source version of ``start..end`` to write: after this app's commits that
-        tile ``start..``; any other overlap, or another writer's commits of the same source in
-        what is left, is refused.
-
-        Each commit records its source range; when the log's history no longer holds any of
-        them (cleaned up), the txn version, which checkpoints keep, is the resume point.
-        """
-        if self.table is None:
-            return start
-        commits = self._provider_commits()
-        committed = [(c.first, c.last) for c in commits if c.app_id == self.spec.app_id]
-        if committed:
-            resume = resume_after(self.uri, start, end, committed)
+    def segments(self) -> tuple[list[tuple[int, int]], tuple[int, int] | None]:
+        """The source ranges of its commits, as far as remembered, and the older part of it
+        whose commit boundaries are forgotten (None: none)."""
+        known = sorted(s for s in self.starts.values() if self.first < s <= self.last)
+        forgotten = None
+        if self.commits - 1 > REMEMBERED_STARTS:
+            forgotten = (self.first, known[0] - 1)
         else:
-            txn = self.committed_version()
-            resume = start if txn is None else max(start, txn + 1)
-        if end is None or resume <= end:
-            self._refuse_other_writers(commits, resume, end)
-        return resume
+            known = [self.first, *known]
+        ends = [s - 1 for s in known[1:]] + [self.last]
+        return list(zip(known, ends)), forgotten
 
-    def holds_batch(self, start: int, end: int) -> bool:
-        """Whether the target holds ``start..end`` already (another run committed it since this
-        one looked); a part of it, or another split of the same versions, is an overlap."""
-        resume = self.first_unwritten(start, end)
-        if start < resume <= end:
-            raise SinkRangeOverlapError(self.uri, start, end, [(start, resume - 1)])
-        return resume > end
+    def records(self) -> list[Transaction]:
+        """The txn actions that hold this run in the snapshot."""
+        name = [self.app_id, self.source, self.first]
+        slots = [Transaction(_record_id("start", *name, slot), start)
+                 for slot, start in self.starts.items()]
+        return [Transaction(_record_id("run", *name), self.last),
+                Transaction(_record_id("at", *name), self.target_version),
+                Transaction(_record_id("commits", *name), self.commits), *slots]
 
-    def _refuse_other_writers(self, commits: list[ProviderCommit], start: int,
-                              end: int | None) -> None:
-        """Another appId (a backfill task, another DAG) that committed versions of the same
-        source in ``start..end`` holds rows this write would add a second time."""
-        if self.spec.allow_overlapping_writers or not self.spec.source:
-            return
-        last = end if end is not None else float("inf")
-        others = sorted((c.first, c.last, c.app_id, c.target_version) for c in commits
-                        if c.source == self.spec.source and c.app_id != self.spec.app_id
-                        and c.last >= start and c.first <= last)
-        if others:
-            raise SinkWriterOverlapError(self.uri, self.spec.source, start, end, others)
 
-    def _provider_commits(self) -> list[ProviderCommit]:
-        """The commits of this provider still in the target's log history."""
-        commits = []
-        for info in self.table.history():
-            if SOURCE_VERSIONS_KEY in info:
-                first, _, last = info[SOURCE_VERSIONS_KEY].partition("..")
-                commits.append(ProviderCommit(info.get(APP_ID_KEY), info.get(SOURCE_KEY),
-                                              int(first), int(last), info["version"]))
-        return commits
+def _record_id(kind: str, *fields: object) -> str:
+    return RECORD_PREFIX + json.dumps([kind, *fields], separators=(",", ":"))
+
+
+def runs_from_records(txns: dict[str, int]) -> dict[tuple[str, str | None, int], Run]:
+    """The runs the snapshot's txn records hold."""
+    parsed = [(json.loads(app_id[len(RECORD_PREFIX):]), version) for app_id, version
+              in txns.items() if app_id.startswith(RECORD_PREFIX + "[")]
+    runs = {tuple(name): Run(*name, last=version, target_version=-1)
+            for (kind, *name), version in parsed if kind == "run"}
+    for (kind, app_id, source, first, *slot), version in parsed:
+        run = runs.get((app_id, source, first))
+        if run is None:
+            continue
+        if kind == "at":
+            run.target_version = version
+        elif kind == "commits":
+            run.commits = version
+        elif kind == "start":
+            run.starts[slot[0]] = version
+    return runs
 
 
 @dataclass(frozen=True)
@@ -154,22 +142,242 @@ class ProviderCommit:
     target_version: int
 
 
+def runs_from_commits(commits: list[ProviderCommit]) -> dict[tuple[str, str | None, int], Run]:
+    """Fold commits (in target version order) into runs, as the records would have."""
+    runs: dict[tuple[str, str | None, int], Run] = {}
+    for commit in sorted(commits, key=lambda c: c.target_version):
+        if commit.app_id is not None:
+            _add_commit(runs, commit.app_id, commit.source, commit.first, commit.last,
+                        commit.target_version)
+    return runs
+
+
+def _add_commit(runs: dict[tuple[str, str | None, int], Run], app_id: str, source: str | None,
+                first: int, last: int, target_version: int) -> Run:
+    """Record a commit in ``runs``: it extends the run it follows, else starts one."""
+    before = next((r for r in runs.values() if r.app_id == app_id and r.source == source
+                   and r.last == first - 1), None)
+    run = (Run(app_id, source, first, last, target_version) if before is None
+           else before.extended(first, last, target_version))
+    runs[run.key] = run
+    return run
+
+
+class TargetLog:
+    """What one job (``spec.app_id``) and other writers recorded in the target.
+
+    Bring it to a table with :meth:`at` (None: a target not created yet); it reads only the
+    commits since the version it read last, so one instance per job keeps each look flat.
+    """
+
+    def __init__(self, spec: SinkSpec, table: DeltaTable | None = None):
+        self.spec = spec
+        self.uri = to_uri(spec.path)
+        self.table: DeltaTable | None = None
+        self._opened = table is not None
+        self._location = TableLocation(self.uri, spec.storage_options)
+        self._txns: dict[str, int] = {}
+        self._read_at: int | None = None
+        self._table_id: str | None = None
+        self._history: list[ProviderCommit] | None = None  # of a target of older versions
+        self.at(table)
+
+    @classmethod
+    def open(cls, spec: SinkSpec) -> TargetLog:
+        """The log of the target at its latest version."""
+        return cls(spec).latest()
+
+    def current(self) -> DeltaTable | None:
+        """The target as last opened or brought up to date (opened on first use): checks of
+        its id and schema need no newer version."""
+        if not self._opened:
+            self.latest()
+        return self.table
+
+    def latest(self) -> TargetLog:
+        """This log at the target's latest version: the table opened once, then brought up
+        to date reading only the commits since the last look."""
+        table = self.table
+        if table is None:
+            table = open_target(self.uri, self.spec.storage_options)
+        else:
+            table.update_incremental()
+        self._opened = True
+        return self.at(table)
+
+    def at(self, table: DeltaTable | None) -> TargetLog:
+        """Read what ``table`` (at its loaded version) records, from where the last read
+        stopped when it is the same table at a later version."""
+        self.table = table
+        if table is None:
+            self._txns, self._read_at, self._table_id, self._history = {}, None, None, None
+            return self
+        version, table_id = table.version(), table.metadata().id
+        if self._read_at == version and self._table_id == table_id:
+            return self
+        if not self._read_since(version, table_id):
+            self._txns = snapshot_transactions(self._location, version)
+        if not self._carries_records:
+            self._history = None  # read again, from the history, when asked
+        self._read_at, self._table_id = version, table_id
+        return self
+
+    @property
+    def next_version(self) -> int:
+        """The target version a commit on this snapshot gets (deltalake retries nothing)."""
+        return 0 if self.table is None else self.table.version() + 1
+
+    def _read_since(self, version: int, table_id: str) -> bool:
+        """Apply the commits since the last read; False if there is no such read to extend
+        (or its next commits are gone: cleaned up meanwhile)."""
+        if self._read_at is None or self._read_at > version or self._table_id != table_id:
+            return False
+        try:
+            self._txns.update(commit_transactions(self._location,
+                                                  range(self._read_at + 1, version + 1)))
+        except DeltaProviderError:
+            return False
+        return True
+
+    @property
+    def _carries_records(self) -> bool:
+        return self._txns.get(LAYOUT_APP_ID, 0) >= LAYOUT
+
+    def _runs(self) -> dict[tuple[str, str | None, int], Run]:
+        if self.table is None:
+            return {}
+        if self._carries_records:
+            return runs_from_records(self._txns)
+        if self._history is None:  # a target of older versions: its history, read once
+            self._history = _history_commits(self.table)
+        return runs_from_commits(self._history)
+
+    def commit_properties(self, start_version: int, end_version: int) -> CommitProperties:
+        """What a batch's commit records: the txn (appId, last source version), the run it
+        extends (all runs, on a target of older versions), and the commitInfo keys.
+
+        No retries inside deltalake: the records name the target version the commit gets,
+        so a commit that loses a race is rebuilt on the newer snapshot by the sink.
+        """
+        target_version = self.next_version
+        runs = self._runs()
+        carried = [] if self._carries_records else list(runs.values())
+        run = _add_commit(runs, self.spec.app_id, self.spec.source, start_version, end_version,
+                          target_version)
+        records = [r for carry in carried if carry.key != run.key for r in carry.records()]
+        return CommitProperties(
+            max_commit_retries=0,
+            app_transactions=[Transaction(self.spec.app_id, end_version), *run.records(),
+                              *records, Transaction(LAYOUT_APP_ID, LAYOUT)],
+            custom_metadata={SOURCE_VERSIONS_KEY: f"{start_version}..{end_version}",
+                             APP_ID_KEY: self.spec.app_id,
+                             **({SOURCE_KEY: self.spec.source} if self.spec.source else {})},
+        )
+
+    def committed_version(self) -> int | None:
+        """This app's txn version, else (unmapped tasks) the one of the appId older versions of
+        this provider used for the same DAG, task and target."""
+        if self.table is None:
+            return None
+        version = self._txns.get(self.spec.app_id)
+        if version is None and self.spec.legacy_app_id:
+            return self._txns.get(self.spec.legacy_app_id)
+        return version
+
+    def _own(self) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+        """This app's committed source ranges, and the ranges whose boundaries are forgotten."""
+        exact, loose = [], []
+        for run in self._runs().values():
+            if run.app_id == self.spec.app_id:
+                segments, forgotten = run.segments()
+                exact.extend(segments)
+                loose.extend([forgotten] if forgotten else [])
+        return exact, loose
+
+    def held_through(self, first: int | None) -> int | None:
+        """The end of this app's commits that tile the source versions from ``first`` (None:
+        from its first commit) without a hole: a txn alone cannot tell whether a backfill of
+        this task left versions before it out."""
+        if self.table is None:
+            return None
+        exact, loose = self._own()
+        own = exact + loose
+        if not own:  # written by older versions, or the commits' history was cleaned up
+            return self.committed_version()
+        return contiguous_end(own, min(own)[0] if first is None else first)
+
+    def first_unwritten(self, start: int, end: int | None) -> int:
+        """The first source version of ``start..end`` to write: after this app's commits that
+        tile ``start..``; any other overlap, or another writer's commits of the same source in
+        what is left, is refused.
+
+        A target of older versions whose history no longer holds this app's commits (cleaned
+        up before it was carried forward) resumes after the txn version.
+        """
+        if self.table is None:
+            return start
+        exact, loose = self._own()
+        if exact or loose:
+            resume = resume_after(self.uri, start, end, exact, loose)
+        else:
+            txn = self.committed_version()
+            resume = start if txn is None else max(start, txn + 1)
+        if end is None or resume <= end:
+            self._refuse_other_writers(resume, end)
+        return resume
+
+    def holds_batch(self, start: int, end: int) -> bool:
+        """Whether the target holds ``start..end`` already (another run committed it since this
+        one looked); a part of it, or another split of the same versions, is an overlap."""
+        resume = self.first_unwritten(start, end)
+        if start < resume <= end:
+            raise SinkRangeOverlapError(self.uri, start, end, [(start, resume - 1)])
+        return resume > end
+
+    def _refuse_other_writers(self, start: int, end: int | None) -> None:
+        """Another appId (a backfill task, another DAG) that committed versions of the same
+        source in ``start..end`` holds rows this write would add a second time."""
+        if self.spec.allow_overlapping_writers or not self.spec.source:
+            return
+        last = end if end is not None else float("inf")
+        others = sorted((r.first, r.last, r.app_id, r.target_version) for r in self._runs().values()
+                        if r.source == self.spec.source and r.app_id != self.spec.app_id
+                        and r.last >= start and r.first <= last)
+        if others:
+            raise SinkWriterOverlapError(self.uri, self.spec.source, start, end, others)
+
+
+def _history_commits(table: DeltaTable) -> list[ProviderCommit]:
+    """The commits of this provider still in the history of a target of older versions."""
+    commits = []
+    for info in table.history():
+        if SOURCE_VERSIONS_KEY in info:
+            first, _, last = info[SOURCE_VERSIONS_KEY].partition("..")
+            commits.append(ProviderCommit(info.get(APP_ID_KEY), info.get(SOURCE_KEY),
+                                          int(first), int(last), info["version"]))
+    return commits
+
+
 def resume_after(target_uri: str, start: int, end: int | None,
-                 committed: list[tuple[int, int]]) -> int:
+                 committed: list[tuple[int, int]], loose: list[tuple[int, int]] = ()) -> int:
     """The first version of ``start..end`` to write, given the source ranges committed.
 
     Committed ranges may cover only a prefix of the request, one after the other from
     ``start`` (a re-run resumes after them). Any other overlap is refused: writing it would
     duplicate rows, skipping it would lose the rest. Versions before ``start`` that nothing
-    covers (a gap) are allowed: an explicit backfill may leave versions out.
+    covers (a gap) are allowed: an explicit backfill may leave versions out. In a ``loose``
+    range (commits whose boundaries are forgotten) any version counts as a boundary.
     """
     last = end if end is not None else float("inf")
-    overlapping = sorted({r for r in committed if r[1] >= start and r[0] <= last})
+    overlapping = sorted({r for r in [*committed, *loose] if r[1] >= start and r[0] <= last})
     resume = start
     for first, final in overlapping:
-        if first != resume or final > last:
+        if (first, final) in loose and first <= resume:
+            resume = min(final, last) + 1
+        elif first != resume or final > last:
             raise SinkRangeOverlapError(target_uri, start, end, overlapping)
-        resume = final + 1
+        else:
+            resume = final + 1
     return resume
 
 
