@@ -43,7 +43,7 @@ def latest_version(table_uri: str, *, since: int | None = None,
 def newest_version(location: TableLocation, since: int | None = None) -> int:
     """:func:`latest_version` on an open location."""
     if since is not None and location.is_local and location.commit_exists(since):
-        version = _probe_local_commits(location, since)
+        version = probe_local_commits(location, since)
         newest_listed = location.newest_listed_version()
         if newest_listed is None or newest_listed <= version:
             return version
@@ -61,7 +61,7 @@ def newest_version(location: TableLocation, since: int | None = None) -> int:
     return max(e.version for e in entries)
 
 
-def _probe_local_commits(location: TableLocation, since: int) -> int:
+def probe_local_commits(location: TableLocation, since: int) -> int:
     """The last version of the unbroken run of commit files from ``since`` (one stat each)."""
     version = since
     while location.commit_exists(version + 1):

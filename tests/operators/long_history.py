@@ -1,6 +1,6 @@
 """Targets with a long history, built in seconds: other writers' appends written as commit files
 (one small Parquet file each, with statistics), a checkpoint every 100 versions made by
-deltalake, as its writers leave them. Used by the long-history tests and
+deltalake where its writers leave them (versions 99, 199, ...). Used by the long-history tests and
 ``benchmarks/bench_target_history.py``."""
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def grow_with_foreign_appends(target: Path, until_version: int, rows: pa.Table, 
                      "modificationTime": now, "dataChange": True, "stats": stats}},
         ]
         (log / f"{version:020d}.json").write_text("\n".join(map(json.dumps, actions)) + "\n")
-        if version % CHECKPOINT_INTERVAL == 0 and checkpoints == "all":
+        if (version + 1) % CHECKPOINT_INTERVAL == 0 and checkpoints == "all":  # as deltalake
             DeltaTable(str(target), version=version).create_checkpoint()
     if checkpoints == "newest":
         DeltaTable(str(target), version=until_version).create_checkpoint()

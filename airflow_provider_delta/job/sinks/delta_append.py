@@ -71,7 +71,8 @@ class DeltaAppendSink(Sink):
 
     def check_target(self, source_uri: str) -> None:
         """Not the source's location, not a file, not a folder of files of another kind."""
-        refuse_delta_target(source_uri, self.uri, self.spec.storage_options, self._table)
+        refuse_delta_target(source_uri, self.uri, self.spec.storage_options,
+                            lambda: self._target.latest().version)  # no deltalake handle
 
     def check_not_source(self, source_uri: str, source_table_id: str) -> None:
         refuse_source_table_id(self.uri, self._table(), source_uri, source_table_id)
@@ -95,12 +96,13 @@ class DeltaAppendSink(Sink):
             # Delta's optimistic concurrency: check the snapshot the commit builds on; a commit
             # made since then is caught as a conflict by deltalake, and checked again here.
             target = self._target.latest()
+            target.current()  # deltalake's handle, and the records at its version
             if target.holds_batch(start_version, end_version):
                 log.warning("%s: another run committed source versions %s..%s (target version "
                             "%s) while this one wrote them; its staged files are dropped",
-                            self.uri, start_version, end_version, target.table.version())
+                            self.uri, start_version, end_version, target.version)
                 self._drop_staged(staging)
-                return SinkWrite(rows=0, sink_version=target.table.version())
+                return SinkWrite(rows=0, sink_version=target.version)
             version = target.next_version
             if self._commit(target, adds, schema, partition_by, start_version, end_version):
                 return SinkWrite(rows=rows, sink_version=version)
@@ -139,16 +141,18 @@ class DeltaAppendSink(Sink):
         (none: create the table); False if a concurrent commit won."""
         table = target.table
         properties = target.commit_properties(start_version, end_version)
+        hooks = target.post_commit_hooks()
         try:
             if table is None:
                 create_table_with_add_actions(
                     self.uri, Schema.from_arrow(schema), adds, mode="error",
                     partition_by=partition_by or None, storage_options=self.spec.storage_options,
-                    commit_properties=properties,
+                    commit_properties=properties, post_commithook_properties=hooks,
                 )
             else:
                 table.create_write_transaction(adds, "append", schema, partition_by=partition_by,
-                                               commit_properties=properties)
+                                               commit_properties=properties,
+                                               post_commithook_properties=hooks)
         except CommitFailedError as error:
             log.warning("%s: concurrent commit, checking the log again: %s", self.uri, error)
             return False
@@ -166,7 +170,7 @@ class DeltaAppendSink(Sink):
         (df.write.format("delta").mode("append")
            .option("txnAppId", self.spec.app_id).option("txnVersion", end_version)
            .partitionBy(*self.spec.partition_by).save(spark_uri(self.uri)))
-        return SinkWrite(rows=None, sink_version=self._target.latest().table.version())
+        return SinkWrite(rows=None, sink_version=self._target.latest().version)
 
 
 def _partition_values(relative_path: str) -> dict[str, str | None]:

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable, Schema, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError
-from deltalake.transaction import CommitProperties
+from deltalake.transaction import CommitProperties, PostCommitHookProperties
 
 from airflow_provider_delta.errors import MergeInputError
 from airflow_provider_delta.job.sinks.base import Sink, SinkWrite
@@ -77,18 +77,19 @@ class DeltaMergeSink(Sink):
 
     def first_unwritten(self, start: int, end: int | None) -> int:
         target = self._target.latest()
-        self._resume_looked_up_at = None if target.table is None else target.table.version()
+        self._resume_looked_up_at = target.version
         return target.first_unwritten(start, end)
 
     def _committed_by_another_run(self, target: TargetLog, start: int, end: int) -> bool:
         # Nothing was committed since first_unwritten read the log: the driver plans only
         # batches after what it found, so no other run can have merged this one.
-        if target.table.version() == self._resume_looked_up_at:
+        if target.version == self._resume_looked_up_at:
             return False
         return target.holds_batch(start, end)
 
     def check_target(self, source_uri: str) -> None:
-        refuse_delta_target(source_uri, self.uri, self.spec.storage_options, self._table)
+        refuse_delta_target(source_uri, self.uri, self.spec.storage_options,
+                            lambda: self._target.latest().version)  # no deltalake handle
 
     def check_not_source(self, source_uri: str, source_table_id: str) -> None:
         refuse_source_table_id(self.uri, self._table(), source_uri, source_table_id)
@@ -124,19 +125,20 @@ class DeltaMergeSink(Sink):
         add_new_columns(self.spec, self._target.latest().table, _data_schema(rows))  # MERGE
         for _ in range(COMMIT_ATTEMPTS):  # would drop their values
             target = self._target.latest()
-            if target.table is None:
+            if target.current() is None:
                 if self._create(target, changes, start_version, end_version):
                     return SinkWrite(rows=changes.num_rows, sink_version=0)
                 continue
             if self._committed_by_another_run(target, start_version, end_version):
                 log.warning("%s: another run merged source versions %s..%s (target version %s) "
                             "since this one looked; not merging them again", self.uri,
-                            start_version, end_version, target.table.version())
-                return SinkWrite(rows=0, sink_version=target.table.version())
+                            start_version, end_version, target.version)
+                return SinkWrite(rows=0, sink_version=target.version)
             version = target.next_version
             try:
                 self._merge(target.table, changes,
-                            target.commit_properties(start_version, end_version))
+                            target.commit_properties(start_version, end_version),
+                            target.post_commit_hooks())
             except CommitFailedError as error:
                 log.warning("%s: concurrent commit, checking the log again: %s", self.uri, error)
                 continue
@@ -185,7 +187,8 @@ class DeltaMergeSink(Sink):
             write_deltalake(self.uri, upserts.drop_columns([_OPERATION]), mode="error",
                             partition_by=list(self.spec.partition_by) or None,
                             storage_options=self.spec.storage_options,
-                            commit_properties=target.commit_properties(start_version, end_version))
+                            commit_properties=target.commit_properties(start_version, end_version),
+                            post_commithook_properties=target.post_commit_hooks())
         except DeltaError:  # CommitFailedError too
             if open_target(self.uri, self.spec.storage_options) is None:
                 raise
@@ -193,22 +196,24 @@ class DeltaMergeSink(Sink):
             return False
         return True
 
-    def _merge(self, table: DeltaTable, changes: pa.Table, properties: CommitProperties) -> None:
+    def _merge(self, table: DeltaTable, changes: pa.Table, properties: CommitProperties,
+               hooks: PostCommitHookProperties) -> None:
         before = table.version()
         if changes.num_rows:
-            self._merge_rows(table, changes, properties)
+            self._merge_rows(table, changes, properties, hooks)
         if table.version() == before:  # no rows, or none matched: deltalake commits nothing
             table.create_write_transaction(
                 [], "append", changes.drop_columns([_OPERATION]).schema,
-                partition_by=table.metadata().partition_columns, commit_properties=properties)
+                partition_by=table.metadata().partition_columns, commit_properties=properties,
+                post_commithook_properties=hooks)
 
     def _merge_rows(self, table: DeltaTable, changes: pa.Table,
-                    properties: CommitProperties) -> None:
+                    properties: CommitProperties, hooks: PostCommitHookProperties) -> None:
         on = " AND ".join(f't."{k}" = s."{k}"' for k in self.keys)
         # Not streamed: deltalake then prunes target files by the changes' key ranges (and
         # partition values) and reads only those; the changes are in memory anyway.
         (table.merge(changes, on, source_alias="s", target_alias="t", streamed_exec=False,
-                     commit_properties=properties)
+                     commit_properties=properties, post_commithook_properties=hooks)
          .when_matched_delete(predicate=f"s.{_OPERATION} = '{_DELETE}'")
          .when_matched_update_all(predicate=f"s.{_OPERATION} = '{_UPSERT}'",
                                   except_cols=[_OPERATION])

@@ -27,12 +27,13 @@ from dataclasses import dataclass, field
 
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError as DeltaTableNotFound
-from deltalake.transaction import CommitProperties, Transaction
+from deltalake.transaction import CommitProperties, PostCommitHookProperties, Transaction
 
 from airflow_provider_delta.core.delta_log import TableLocation
 from airflow_provider_delta.core.transactions import commit_transactions, snapshot_transactions
+from airflow_provider_delta.core.versions import newest_version, probe_local_commits
 from airflow_provider_delta.errors import (
-    DeltaProviderError, SinkRangeOverlapError, SinkWriterOverlapError,
+    DeltaProviderError, SinkRangeOverlapError, SinkWriterOverlapError, TableNotFoundError,
 )
 from airflow_provider_delta.job.spec import SinkSpec
 from airflow_provider_delta.storage import to_uri
@@ -166,75 +167,95 @@ def _add_commit(runs: dict[tuple[str, str | None, int], Run], app_id: str, sourc
 class TargetLog:
     """What one job (``spec.app_id``) and other writers recorded in the target.
 
-    Bring it to a table with :meth:`at` (None: a target not created yet); it reads only the
-    commits since the version it read last, so one instance per job keeps each look flat.
+    :meth:`latest` reads it at the target's newest version with our own log reader, then only
+    the commits since the version read last, so one instance per job keeps each look flat.
+    deltalake's handle (:attr:`table`), whose opening costs in proportion to the target's
+    live files, is opened only when a commit or a schema check needs it.
     """
 
-    def __init__(self, spec: SinkSpec, table: DeltaTable | None = None):
+    def __init__(self, spec: SinkSpec):
         self.spec = spec
         self.uri = to_uri(spec.path)
-        self.table: DeltaTable | None = None
-        self._opened = table is not None
         self._location = TableLocation(self.uri, spec.storage_options)
+        self._table: DeltaTable | None = None
         self._txns: dict[str, int] = {}
-        self._read_at: int | None = None
-        self._table_id: str | None = None
+        self.version: int | None = None  # the version read; None: no table (yet)
         self._history: list[ProviderCommit] | None = None  # of a target of older versions
-        self.at(table)
 
     @classmethod
     def open(cls, spec: SinkSpec) -> TargetLog:
         """The log of the target at its latest version."""
         return cls(spec).latest()
 
+    def latest(self) -> TargetLog:
+        """This log at the target's newest version (and deltalake's handle, if open)."""
+        version = self._newest_version()
+        if version is not None and self._table is not None:
+            if self._table.version() != version:
+                self._table.update_incremental()
+            version = self._table.version()
+        self._read_to(version)
+        return self
+
     def current(self) -> DeltaTable | None:
-        """The target as last opened or brought up to date (opened on first use): checks of
-        its id and schema need no newer version."""
-        if not self._opened:
+        """deltalake's handle at the version read (the newest, if nothing was read yet):
+        checks of the target's id and schema need no newer version."""
+        if self.version is None:
             self.latest()
         return self.table
 
-    def latest(self) -> TargetLog:
-        """This log at the target's latest version: the table opened once, then brought up
-        to date reading only the commits since the last look."""
-        table = self.table
-        if table is None:
-            table = open_target(self.uri, self.spec.storage_options)
-        else:
-            table.update_incremental()
-        self._opened = True
-        return self.at(table)
-
-    def at(self, table: DeltaTable | None) -> TargetLog:
-        """Read what ``table`` (at its loaded version) records, from where the last read
-        stopped when it is the same table at a later version."""
-        self.table = table
-        if table is None:
-            self._txns, self._read_at, self._table_id, self._history = {}, None, None, None
-            return self
-        version, table_id = table.version(), table.metadata().id
-        if self._read_at == version and self._table_id == table_id:
-            return self
-        if not self._read_since(version, table_id):
-            self._txns = snapshot_transactions(self._location, version)
-        if not self._carries_records:
-            self._history = None  # read again, from the history, when asked
-        self._read_at, self._table_id = version, table_id
-        return self
+    @property
+    def table(self) -> DeltaTable | None:
+        """deltalake's handle on the target at :attr:`version` (opened on first use, which
+        brings this log to the version it opened); None while there is no table."""
+        if self._table is None and self.version is not None:
+            self._table = open_target(self.uri, self.spec.storage_options)
+            self._read_to(None if self._table is None else self._table.version())
+        return self._table
 
     @property
     def next_version(self) -> int:
         """The target version a commit on this snapshot gets (deltalake retries nothing)."""
-        return 0 if self.table is None else self.table.version() + 1
+        return 0 if self.version is None else self.version + 1
 
-    def _read_since(self, version: int, table_id: str) -> bool:
+    def _newest_version(self) -> int | None:
+        """The target's newest version, from the version read last (or its newest
+        checkpoint); None if there is no Delta table."""
+        since = self.version
+        if since is None:
+            hint = self._location.last_checkpoint_hint()
+            since = int(hint["version"]) if hint else None
+        if since is not None and self._location.is_local and self._location.commit_exists(since):
+            return probe_local_commits(self._location, since)  # no listing of the folder
+        try:
+            return newest_version(self._location, since)
+        except TableNotFoundError:
+            return None
+        except DeltaProviderError:  # e.g. the hint's commit cleaned up: let deltalake look
+            table = open_target(self.uri, self.spec.storage_options)
+            return None if table is None else table.version()
+
+    def _read_to(self, version: int | None) -> None:
+        """Read the records at ``version``: from the last read when that is older."""
+        if version is None:
+            self._table, self._txns, self.version, self._history = None, {}, None, None
+            return
+        if version == self.version:
+            return
+        if not self._read_since(version):
+            self._txns = snapshot_transactions(self._location, version)
+        if not self._carries_records:
+            self._history = None  # read again, from the history, when asked
+        self.version = version
+
+    def _read_since(self, version: int) -> bool:
         """Apply the commits since the last read; False if there is no such read to extend
         (or its next commits are gone: cleaned up meanwhile)."""
-        if self._read_at is None or self._read_at > version or self._table_id != table_id:
+        if self.version is None or self.version > version:
             return False
         try:
             self._txns.update(commit_transactions(self._location,
-                                                  range(self._read_at + 1, version + 1)))
+                                                  range(self.version + 1, version + 1)))
         except DeltaProviderError:
             return False
         return True
@@ -244,7 +265,7 @@ class TargetLog:
         return self._txns.get(LAYOUT_APP_ID, 0) >= LAYOUT
 
     def _runs(self) -> dict[tuple[str, str | None, int], Run]:
-        if self.table is None:
+        if self.version is None:
             return {}
         if self._carries_records:
             return runs_from_records(self._txns)
@@ -274,10 +295,22 @@ class TargetLog:
                              **({SOURCE_KEY: self.spec.source} if self.spec.source else {})},
         )
 
+    def post_commit_hooks(self) -> PostCommitHookProperties:
+        """deltalake's hooks for a commit on this snapshot: its checkpoint when due, and log
+        cleanup only with a checkpoint (as Delta does), since deltalake's cleanup lists the
+        whole ``_delta_log`` on every commit otherwise."""
+        interval = 100
+        if self._table is not None:
+            interval = int(self._table.metadata().configuration.get(
+                "delta.checkpointInterval", interval))
+        checkpoints = (self.next_version + 1) % interval == 0  # deltalake's rule
+        return PostCommitHookProperties(create_checkpoint=True,
+                                        cleanup_expired_logs=None if checkpoints else False)
+
     def committed_version(self) -> int | None:
         """This app's txn version, else (unmapped tasks) the one of the appId older versions of
         this provider used for the same DAG, task and target."""
-        if self.table is None:
+        if self.version is None:
             return None
         version = self._txns.get(self.spec.app_id)
         if version is None and self.spec.legacy_app_id:
@@ -298,7 +331,7 @@ class TargetLog:
         """The end of this app's commits that tile the source versions from ``first`` (None:
         from its first commit) without a hole: a txn alone cannot tell whether a backfill of
         this task left versions before it out."""
-        if self.table is None:
+        if self.version is None:
             return None
         exact, loose = self._own()
         own = exact + loose
@@ -314,7 +347,7 @@ class TargetLog:
         A target of older versions whose history no longer holds this app's commits (cleaned
         up before it was carried forward) resumes after the txn version.
         """
-        if self.table is None:
+        if self.version is None:
             return start
         exact, loose = self._own()
         if exact or loose:
