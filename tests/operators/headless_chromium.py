@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import time
 import urllib.request
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,9 @@ class HeadlessChromium:
         port = self._devtools_port(profile / "DevToolsActivePort")
         pages = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list"))
         page = next(p for p in pages if p["type"] == "page")
-        self._socket = connect(page["webSocketDebuggerUrl"], max_size=None)
+        self._closing = ExitStack()
+        self._socket = self._closing.enter_context(
+            connect(page["webSocketDebuggerUrl"], max_size=None))
         self._ids = itertools.count(1)
         self.call("Emulation.setDeviceMetricsOverride",
                   width=width, height=height, deviceScaleFactor=1, mobile=False)
@@ -86,7 +89,7 @@ class HeadlessChromium:
 
     def stop(self) -> None:
         try:
-            self._socket.close()
+            self._closing.close()
         finally:
             self.process.terminate()
             try:

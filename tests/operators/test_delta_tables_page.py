@@ -108,7 +108,9 @@ def test_lag_metrics_api_and_page(tmp_path, run_dag, task_states, xcom_value, sp
                 target=str(tmp_path / f"{name}_copy"), conn_id=spark_local_conn, conf=SPARK_CONF)
             wait >> load
 
+    began = time.monotonic()
     run = run_dag(dag)
+    print(f"DAG run (2 sensors, 2 loads): {time.monotonic() - began:.1f} s")
     lines = statsd_lines()
     assert set(task_states(run).values()) == {"success"}
 
@@ -127,7 +129,9 @@ def test_lag_metrics_api_and_page(tmp_path, run_dag, task_states, xcom_value, sp
     append_rows(tables["events"], [6])
     append_rows(tables["events"], [7, 8])  # events: versions 2 and 3 not loaded
 
+    began = time.monotonic()
     with api_server(tmp_path) as url:
+        print(f"api-server up: {time.monotonic() - began:.1f} s")
         with pytest.raises(urllib.error.HTTPError) as refused:
             get_json(f"{url}/delta-provider/api/tables")
         assert refused.value.code in (401, 403)
@@ -152,6 +156,7 @@ def test_lag_metrics_api_and_page(tmp_path, run_dag, task_states, xcom_value, sp
         assert last["end_date"]
         assert "delta_conn_id" not in json.dumps(orders) and "storage_options" not in json.dumps(orders)
 
+        began = time.monotonic()
         browser = HeadlessChromium(tmp_path / "chromium")
         try:
             browser.call("Network.enable")
@@ -168,6 +173,7 @@ def test_lag_metrics_api_and_page(tmp_path, run_dag, task_states, xcom_value, sp
                                    "a.innerText.trim() === 'Delta tables')")
         finally:
             browser.stop()
+        print(f"page in chromium: {time.monotonic() - began:.1f} s")
 
         shutil.rmtree(Path(tables["orders"]) / "_delta_log")  # now unreachable: its row says so
         rows = {row["table_uri"]: row for row in get_json(f"{url}/delta-provider/api/tables", token)}
