@@ -92,7 +92,8 @@ class DeltaMergeSink(Sink):
                             lambda: self._target.latest().version)  # no deltalake handle
 
     def check_not_source(self, source_uri: str, source_table_id: str) -> None:
-        refuse_source_table_id(self.uri, self._table(), source_uri, source_table_id)
+        refuse_source_table_id(self.uri, self._target.latest().table_id, source_uri,
+                               source_table_id)
 
     def check(self, df: DataFrame) -> None:
         self._check_feed_columns(df.columns)

@@ -30,6 +30,7 @@ from deltalake.exceptions import TableNotFoundError as DeltaTableNotFound
 from deltalake.transaction import CommitProperties, PostCommitHookProperties, Transaction
 
 from airflow_provider_delta.core.delta_log import TableLocation
+from airflow_provider_delta.core.replay import replay
 from airflow_provider_delta.core.transactions import commit_transactions, snapshot_transactions
 from airflow_provider_delta.core.versions import newest_version, probe_local_commits
 from airflow_provider_delta.errors import (
@@ -212,6 +213,15 @@ class TargetLog:
             self._table = open_target(self.uri, self.spec.storage_options)
             self._read_to(None if self._table is None else self._table.version())
         return self._table
+
+    @property
+    def table_id(self) -> str | None:
+        """The target's table id (``metaData.id``), read without deltalake's handle."""
+        if self.version is None:
+            return None
+        if self._table is not None:
+            return self._table.metadata().id
+        return replay(self._location, self.version).metadata["id"]
 
     @property
     def next_version(self) -> int:

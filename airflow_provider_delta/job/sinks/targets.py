@@ -9,7 +9,6 @@ from collections.abc import Callable
 from urllib.parse import unquote
 
 import obstore
-from deltalake import DeltaTable
 from obstore.exceptions import NotFoundError
 
 from airflow_provider_delta.errors import SinkTargetError
@@ -41,20 +40,20 @@ def refuse_source_as_target(source_uri: str, target: str) -> None:
 
 
 def refuse_delta_target(source_uri: str, target_uri: str, storage_options: dict[str, str] | None,
-                        open_table: Callable[[], DeltaTable | None]) -> None:
+                        table_version: Callable[[], int | None]) -> None:
     """A Delta sink's target: not the source's location, not a file, not a folder of files of
-    another kind (``open_table``: the Delta table there, None if none; asked after the file
-    check, as opening a file fails)."""
+    another kind (``table_version``: the Delta table's version there, None if none; asked after
+    the file check, as reading a file's log fails)."""
     refuse_source_as_target(source_uri, target_uri)
     refuse_file_target(target_uri, storage_options)
-    if open_table() is None:
+    if table_version() is None:
         refuse_non_delta_folder(target_uri, storage_options)
 
 
-def refuse_source_table_id(target_uri: str, table: DeltaTable | None, source_uri: str,
+def refuse_source_table_id(target_uri: str, target_table_id: str | None, source_uri: str,
                            source_table_id: str) -> None:
     """A target that is the source table under another name (the same table id)."""
-    if table is not None and table.metadata().id == source_table_id:
+    if target_table_id == source_table_id:
         raise SinkTargetError(
             target_uri, f"it is the source table {source_uri} (same table id "
             f"{source_table_id}): every row would be appended to the table it came from",
