@@ -11,6 +11,7 @@ connection id the task names.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor, TimeoutError as FutureTimeout
@@ -19,6 +20,8 @@ from typing import Any
 from airflow_provider_delta.errors import WatermarkError
 from airflow_provider_delta.freshness import LOAD_RECORD_KEY, lag_seconds
 from airflow_provider_delta.watermarks import parse_watermark
+
+log = logging.getLogger(__name__)
 
 HISTORY_RUNS = 20  # points of the lag chart
 PROBE_TIMEOUT_SECONDS = 10.0
@@ -186,6 +189,7 @@ def _message(err: BaseException) -> str:
 
     if isinstance(err, DeltaProviderError):
         return str(err)[:500]
+    log.warning("Delta tables page: reading a table failed", exc_info=err)
     return f"{type(err).__name__} while reading the table (see the api-server log)"
 
 
