@@ -242,3 +242,30 @@ def _rendered(dag_run, task_id: str) -> dict:
 
     (ti,) = [ti for ti in dag_run.get_task_instances() if ti.task_id == task_id]
     return RenderedTaskInstanceFields.get_templated_fields(ti)
+
+
+@pytest.mark.parametrize("conf_as", ["dict", "one template"])
+def test_templates_rendering_to_a_dict_are_masked_before_the_rendered_fields_are_stored(conf_as):
+    """What Airflow stores as the rendered fields (the task runner's own serialization),
+    right after rendering: the text of a dict is read as that dict before masking."""
+    serialize = pytest.importorskip("airflow.sdk.execution_time.task_runner")
+    from airflow_provider_delta.operators import DeltaIncrementalOperator
+
+    conf_secret, sink_secret = f"rendered-conf-{conf_as}-2222", f"rendered-sink-{conf_as}-2323"
+    conf = ({CONF_TEMPLATED_KEY: "{{ params.conf_secret }}"} if conf_as == "dict"
+            else "{{ params.conf }}")
+    load = DeltaIncrementalOperator(
+        task_id="load", table_uri="/tmp/probe_source", target="/tmp/probe_copy", sink="parquet",
+        conf=conf, sink_options="{{ params.sink }}", conn_id="spark_default")
+    params = {"conf_secret": conf_secret, "conf": {CONF_TEMPLATED_KEY: conf_secret},
+              "sink": {"fs.azure.account.key.sink.dfs.core.windows.net": sink_secret,
+                       "compression": "zstd"}}
+
+    load.render_template_fields({"params": params})
+    stored = json.dumps(serialize._serialize_rendered_fields(load))
+
+    assert conf_secret not in stored and sink_secret not in stored
+    assert "zstd" in stored and stored.count("***") >= 2
+    load.check_rendered()  # at task start the texts become the dicts the job is given
+    assert load.conf == {CONF_TEMPLATED_KEY: conf_secret}
+    assert load.sink_options["fs.azure.account.key.sink.dfs.core.windows.net"] == sink_secret
