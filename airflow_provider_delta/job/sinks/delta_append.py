@@ -16,13 +16,13 @@ from urllib.parse import unquote
 
 import obstore
 import pyarrow as pa
-from deltalake import DeltaTable, Schema
+from deltalake import Schema
 from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.transaction import AddAction, create_table_with_add_actions
 
 from airflow_provider_delta.job.sinks.base import Sink, SinkWrite
 from airflow_provider_delta.job.sinks.delta_schema import (
-    add_new_columns, arrow_schema, check_rows, delta_schema,
+    add_new_columns, arrow_schema, check_rows, delta_schema, new_columns,
 )
 from airflow_provider_delta.job.sinks.target_log import (
     COMMIT_ATTEMPTS, TargetLog, open_target, require_app_id,
@@ -57,9 +57,6 @@ class DeltaAppendSink(Sink):
         self.uri = to_uri(spec.path)
         self._target = TargetLog(spec)
 
-    def _table(self) -> DeltaTable | None:
-        return self._target.current()
-
     def committed_version(self) -> int | None:
         return self._target.latest().committed_version()
 
@@ -79,13 +76,19 @@ class DeltaAppendSink(Sink):
                                source_table_id)
 
     def check(self, df: DataFrame) -> None:
-        """Compare names, types and partitioning with the target, if it exists."""
-        check_rows(self.spec, self._table(), df)
+        """Compare names, types and partitioning with the target, if it exists; start opening
+        deltalake's handle for the commit meanwhile."""
+        target = self._target.latest()
+        target.prefetch()
+        check_rows(self.spec, target.view(), df)
 
     def write(self, df: DataFrame | None, start_version: int, end_version: int) -> SinkWrite:
         if self.spec.use_delta_spark:
             return self._write_with_delta_spark(df, end_version)
-        add_new_columns(self.spec, self._target.latest().table, delta_schema(df))
+        rows = delta_schema(df)
+        view = self._target.latest().view()
+        if view is not None and new_columns(self.spec, view, rows):
+            add_new_columns(self.spec, self._target.table, rows)
         partition_by = self._partition_by()
         staging = f"{STAGING_FOLDER}/{end_version:020d}-{uuid.uuid4().hex}"
         log.info("writing batch %s..%s to %s/%s", start_version, end_version, self.uri, staging)
@@ -111,9 +114,9 @@ class DeltaAppendSink(Sink):
                            f"{start_version}..{end_version} lost to concurrent writers")
 
     def _partition_by(self) -> list[str]:
-        table = self._table()
-        if table is not None:
-            return list(table.metadata().partition_columns)
+        view = self._target.view()
+        if view is not None:
+            return list(view.metadata().partition_columns)
         return list(self.spec.partition_by)
 
     def _drop_staged(self, staging: str) -> None:

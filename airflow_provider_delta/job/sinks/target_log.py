@@ -23,9 +23,10 @@ sinks use it as a helper and hold no rule of their own about what a target recor
 from __future__ import annotations
 
 import json
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from deltalake import DeltaTable
+from deltalake import DeltaTable, Schema
 from deltalake.exceptions import TableNotFoundError as DeltaTableNotFound
 from deltalake.transaction import CommitProperties, PostCommitHookProperties, Transaction
 
@@ -165,6 +166,26 @@ def _add_commit(runs: dict[tuple[str, str | None, int], Run], app_id: str, sourc
     return run
 
 
+@dataclass(frozen=True)
+class _Metadata:
+    id: str
+    partition_columns: list[str]
+
+
+class SnapshotView:
+    """The target's schema, partitioning and id as our own log reader reads them: what the
+    schema checks ask of a ``DeltaTable``, without opening deltalake's handle."""
+
+    def __init__(self, metadata: dict):
+        self._metadata = metadata
+
+    def schema(self) -> Schema:
+        return Schema.from_json(self._metadata["schemaString"])
+
+    def metadata(self) -> _Metadata:
+        return _Metadata(self._metadata["id"], list(self._metadata.get("partitionColumns") or []))
+
+
 class TargetLog:
     """What one job (``spec.app_id``) and other writers recorded in the target.
 
@@ -182,6 +203,8 @@ class TargetLog:
         self._txns: dict[str, int] = {}
         self.version: int | None = None  # the version read; None: no table (yet)
         self._history: list[ProviderCommit] | None = None  # of a target of older versions
+        self._view: tuple[int, SnapshotView] | None = None
+        self._opening: Future[DeltaTable | None] | None = None
 
     @classmethod
     def open(cls, spec: SinkSpec) -> TargetLog:
@@ -210,18 +233,35 @@ class TargetLog:
         """deltalake's handle on the target at :attr:`version` (opened on first use, which
         brings this log to the version it opened); None while there is no table."""
         if self._table is None and self.version is not None:
-            self._table = open_target(self.uri, self.spec.storage_options)
+            opening, self._opening = self._opening, None
+            self._table = (opening.result() if opening is not None
+                           else open_target(self.uri, self.spec.storage_options))
+            if self._table is not None and self._table.version() < self.version:
+                self._table.update_incremental()  # opened ahead, on a thread
             self._read_to(None if self._table is None else self._table.version())
         return self._table
+
+    def view(self) -> SnapshotView | None:
+        """The target's schema, partitioning and id at the version read, without deltalake's
+        handle; None while there is no table."""
+        if self.version is None:
+            return None
+        if self._view is None or self._view[0] != self.version:
+            self._view = self.version, SnapshotView(replay(self._location, self.version).metadata)
+        return self._view[1]
 
     @property
     def table_id(self) -> str | None:
         """The target's table id (``metaData.id``), read without deltalake's handle."""
-        if self.version is None:
-            return None
-        if self._table is not None:
-            return self._table.metadata().id
-        return replay(self._location, self.version).metadata["id"]
+        view = self.view()
+        return None if view is None else view.metadata().id
+
+    def prefetch(self) -> None:
+        """Start opening deltalake's handle on a thread (its cost grows with the target's
+        live files), so that it is ready when the commit needs it; a no-op once opened."""
+        if self._table is None and self._opening is None and self.version is not None:
+            self._opening = ThreadPoolExecutor(1).submit(
+                open_target, self.uri, self.spec.storage_options)
 
     @property
     def next_version(self) -> int:
