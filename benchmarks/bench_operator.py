@@ -70,7 +70,10 @@ def bench_workdir(prefix: str, spark_conn_id: str) -> Path:
 def context() -> dict:
     """What the operators read from the task context outside a DAG run."""
     return {"run_id": f"bench_{uuid.uuid4().hex}",
-            "outlet_events": defaultdict(lambda: SimpleNamespace(extra=None))}
+            "outlet_events": defaultdict(lambda: SimpleNamespace(extra=None)),
+            # the load's record goes to XCom: nowhere, outside a DAG run
+            "ti": SimpleNamespace(dag_id="bench", task_id="bench", start_date=None,
+                                  xcom_push=lambda **_: None)}
 
 
 def baseline(workdir: Path, files: list[str]):
