@@ -28,6 +28,7 @@ from .headless_chromium import HeadlessChromium
 pytestmark = pytest.mark.slow
 
 USER, PASSWORD = "viewer", "viewer-pw-5150"
+OUTSIDER = "outsider"  # a viewer the test auth manager lets read no DAG
 
 
 def free_port() -> int:
@@ -42,9 +43,11 @@ def api_server(folder: Path):
     from airflow.configuration import conf
 
     passwords = folder / "passwords.json"
-    passwords.write_text(json.dumps({USER: PASSWORD}))
+    passwords.write_text(json.dumps({USER: PASSWORD, OUTSIDER: PASSWORD}))
     port = free_port()
-    env = {**os.environ, "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USER}:viewer",
+    env = {**os.environ, "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USER}:viewer,{OUTSIDER}:viewer",
+           "AIRFLOW__CORE__AUTH_MANAGER": "operators.dag_readers.NoDagsForOutsider",
+           "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
            "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
            # The key this process encrypted the Variables with (unit-test mode makes one up).
@@ -83,9 +86,9 @@ def get_json(url: str, token: str | None = None):
         return json.load(r)
 
 
-def login(url: str) -> str:
+def login(url: str, user: str = USER) -> str:
     request = urllib.request.Request(
-        f"{url}/auth/token", data=json.dumps({"username": USER, "password": PASSWORD}).encode(),
+        f"{url}/auth/token", data=json.dumps({"username": user, "password": PASSWORD}).encode(),
         headers={"Content-Type": "application/json"}, method="POST")
     with urllib.request.urlopen(request, timeout=60) as r:
         return json.load(r)["access_token"]
@@ -136,6 +139,7 @@ def test_lag_metrics_api_and_page(tmp_path, run_dag, task_states, xcom_value, sp
             get_json(f"{url}/delta-provider/api/tables")
         assert refused.value.code in (401, 403)
 
+        assert get_json(f"{url}/delta-provider/api/tables", login(url, OUTSIDER)) == []
         token = login(url)
         rows = {row["table_uri"]: row for row in get_json(f"{url}/delta-provider/api/tables", token)}
         assert set(rows) == set(tables.values())
