@@ -144,7 +144,7 @@ def connect_server(tmp_path_factory):
         "spark.sql.shuffle.partitions": "2", "spark.driver.memory": "1g",
         "spark.log.level": "WARN",
         "spark.driver.extraJavaOptions": SPARK_CONF["spark.driver.extraJavaOptions"],
-    })
+    }, env={"SPARK_LOCAL_IP": "127.0.0.1"})  # its UI on the loopback only
     server.ui_url = f"http://127.0.0.1:{ui_port}"
     with server:
         yield server

@@ -74,6 +74,8 @@ REDACTED = "*********(redacted)"
 AS_WRITTEN = {"dag_code", "serialized_dag", "variable"}
 DB_FILE = "airflow.db"
 PROBE = "operators.transforms:probe_while_running"
+# The driver's UI listens on SPARK_LOCAL_IP (all interfaces without it).
+LOOPBACK_DRIVER_ENV = {**driver_env(), "SPARK_LOCAL_IP": "127.0.0.1"}
 
 
 @pytest.fixture
@@ -181,11 +183,11 @@ def test_no_secret_is_shown_anywhere_by_a_spark_submit_load_and_a_failing_one(
             CONF_TEMPLATED_KEY: "{{ var.value.probe_conf_secret }}"}
     with DAG("probe_spark_submit", schedule=None) as dag:
         _probe_load("load", source, str(tmp_path / "copy"), conn_id=spark_local_conn,
-                    conf=conf, env_vars=driver_env(), delta_conn_id="probe_delta_s3",
+                    conf=conf, env_vars=LOOPBACK_DRIVER_ENV, delta_conn_id="probe_delta_s3",
                     sink_options="{{ var.value.probe_sink_options }}")
         _probe_load("failing", source, str(tmp_path / "copy_failing"), conn_id="spark_cluster",
                     conf={**conf, "spark.pyspark.python": sys.executable},
-                    env_vars=driver_env(), total_executor_cores=1, executor_memory="512m",
+                    env_vars=LOOPBACK_DRIVER_ENV, total_executor_cores=1, executor_memory="512m",
                     storage_options={"AZURE_STORAGE_ACCOUNT_KEY": STORAGE_OPTIONS_SECRET},
                     sink_options={"fs.azure.account.key.sink.dfs.core.windows.net":
                                   "{{ var.value.probe_sink_secret }}"})
