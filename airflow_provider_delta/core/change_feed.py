@@ -18,7 +18,7 @@ The files are one Arrow table, as a plan's are, chosen from the range's file act
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -122,7 +122,8 @@ def plan_change_feed(table_uri: str, start_version: int, end_version: int | None
 
     ``end_version`` None or past the latest version means the latest. A start after the latest
     version raises VersionNotAvailableError, a start after the end ValueError. The feed has the
-    latest schema, or for column-mapped tables the end version's (Delta's CDF rule); every
+    end version's schema where column mapping is on at the start, the end or the latest
+    version, else the latest schema (Delta's CDF rule, :func:`feed_has_end_schema`); every
     schema in force from the start up to that one must be an additive extension of the one
     before (else SchemaChangeError). Versions with CDF off are derived from their adds and
     removes (Delta refuses them; we can read them exactly).
@@ -141,8 +142,7 @@ def plan_change_feed(table_uri: str, start_version: int, end_version: int | None
                                           split=_FEED_ACTIONS):
         walk.take(version, commit)
     metadata_changes = dict(walk.changes)
-    if walk.metadata.column_mapping_mode == "none":
-        walk.follow_schema(end + 1, latest)  # Delta reads such tables with the latest schema
+    walk.settle_feed_schema(end, latest)
     raw, commit_flags = _change_files(walk.files.table(), walk.commits)
     files = file_table(raw, location, metadata_changes, walk.metadata).append_column(
         "kind", raw.column("kind")).append_column(
@@ -178,12 +178,22 @@ class _LogWalk:
         self.commits[version] = (cdf_on, _unchanged_merge(commit.actions))
         self.files.extend(version, commit.text)
 
-    def follow_schema(self, first: int, last: int) -> None:
-        """Apply (and check) the protocol and metadata changes of versions ``first..last``."""
+    def settle_feed_schema(self, end: int, latest: int) -> None:
+        """Keep the end version's schema or move on to the latest one, as Delta's CDF reader
+        chooses (:func:`feed_has_end_schema`); moving on applies and checks the protocol and
+        metadata changes after ``end``."""
+        start_mapped, end_mapped = _mapped(self.changes[self.start_version]), _mapped(self.metadata)
+        later = [] if start_mapped or end_mapped else list(self._commits(end + 1, latest))
+        if feed_has_end_schema(start_mapped, end_mapped, _mapped_at_last(later)):
+            return
+        for version, actions in later:
+            self._apply(version, actions)
+
+    def _commits(self, first: int, last: int) -> Iterator[tuple[int, list[dict[str, Any]]]]:
         for version, actions in read_commits(self.location, range(first, last + 1)):
             if actions is None:
                 raise_unreadable(self.location, version, version, from_checkpoint=True)
-            self._apply(version, actions)
+            yield version, actions
 
     def _apply(self, version: int, actions: list[dict[str, Any]]) -> None:
         if version > self.start_version:
@@ -193,6 +203,25 @@ class _LogWalk:
             if self.metadata is not metadata:
                 self.changes[version] = self.metadata
                 self.files.note(self.metadata)
+
+
+def feed_has_end_schema(start_mapped: bool, end_mapped: bool, latest_mapped: bool) -> bool:
+    """Delta's batch CDF schema rule (``CDCReaderBase.getCDCRelation`` and
+    ``getBatchSchemaModeForTable``): a range is read with its end version's schema when column
+    mapping is on at its start, its end or the table's latest version, else with the latest
+    schema."""
+    return start_mapped or end_mapped or latest_mapped
+
+
+def _mapped(metadata: TableMetadata) -> bool:
+    return metadata.column_mapping_mode != "none"
+
+
+def _mapped_at_last(commits: list[tuple[int, list[dict[str, Any]]]]) -> bool:
+    """Whether the last ``metaData`` action of ``commits`` turns column mapping on."""
+    newest = next((a["metaData"] for _, actions in reversed(commits) for a in reversed(actions)
+                   if "metaData" in a), {})
+    return (newest.get("configuration") or {}).get("delta.columnMapping.mode", "none") != "none"
 
 
 def _change_files(raw: pa.Table, commits: dict[int, tuple[bool, bool]]

@@ -15,14 +15,15 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
-from airflow_provider_delta.core import plan_changes
+from airflow_provider_delta.core import plan_change_feed, plan_changes
 from airflow_provider_delta.errors import SchemaChangeError
-from airflow_provider_delta.spark import read_changes, read_snapshot
+from airflow_provider_delta.spark import read_change_feed, read_changes, read_snapshot
 from tests.conftest import NAME_MAPPING_PROTOCOL, upgraded_to_name_mapping
 from tests.core.conftest import commit_actions
 from tests.spark.conftest import oracle_rows, spark_rows, write_commit
 
 UPGRADE, ADD_COLUMN, RENAME = 2, 4, 6
+_FEED_COLUMNS = ["_change_type", "_commit_version", "_commit_timestamp"]
 
 
 def _rows(first_id: int, name_column: str = "name", **extra: list) -> pa.Table:
@@ -106,3 +107,33 @@ def test_rename_after_the_upgrade_in_the_same_range_is_refused(tmp_path):
     with pytest.raises(SchemaChangeError, match="'name' was dropped or renamed") as caught:
         plan_changes(path, 0, RENAME + 1)
     assert caught.value.version == RENAME
+
+
+def test_feed_before_a_later_upgrade_and_rename_has_its_end_schema(spark, tmp_path,
+                                                                    assert_same_rows):
+    """Delta's CDF reader (``CDCReaderBase.getCDCRelation`` choosing the schema through
+    ``getBatchSchemaModeForTable``) reads a range with its end version's schema when column
+    mapping is on at the range's start, its end or the table's latest version. Here it is on
+    only at the latest version (upgraded at v2, renamed at v6), so the range 0..1 is read with
+    v1's names; following the schema up to the rename would refuse it."""
+    path = str(tmp_path / "t")
+    upgraded_table(path)
+    feed = read_change_feed(spark, path, 0, UPGRADE - 1)
+    assert feed.columns == ["id", "name", "info", "region", *_FEED_COLUMNS]
+    got = spark_rows(feed.drop("_commit_timestamp"))
+    expected = Counter({row + ("insert", version): n for version in (0, 1)
+                        for row, n in _added(path, version, version).items()})
+    assert_same_rows(got, expected)
+    # a range ending where mapping is on: the end version's schema too
+    assert read_change_feed(spark, path, 0, ADD_COLUMN).columns == [
+        "id", "name", "info", "region", "score", *_FEED_COLUMNS]
+
+
+def test_feed_of_a_table_never_mapped_still_has_the_latest_schema(tmp_path):
+    """The other branch of the same rule: no column mapping at the start, the end or the
+    latest version, so the latest schema (a column added after the range)."""
+    path = str(tmp_path / "t")
+    write_deltalake(path, _rows(0), partition_by=["region"])
+    write_deltalake(path, _rows(10, score=[1.0, 2.0]), mode="append", schema_mode="merge")
+    assert [f["name"] for f in plan_change_feed(path, 0, 0).metadata.schema["fields"]] == [
+        "id", "name", "info", "region", "score"]
