@@ -35,6 +35,7 @@ from airflow_provider_delta.core.file_table import PLAN_COLUMNS
 from airflow_provider_delta.core.model import DeletionVectorDescriptor, Plan, TableMetadata
 from airflow_provider_delta.core.delta_log import TableLocation
 from airflow_provider_delta.spark.deletion_vectors import deleted_rows
+from airflow_provider_delta.spark.handoff import select_sql
 from airflow_provider_delta.spark.reader import read_plan
 from airflow_provider_delta.spark.schema import logical_schema, quoted
 
@@ -82,7 +83,7 @@ def read_feed(
     schema = logical_schema(_with_cdf_columns(feed.metadata, tagged=()))
     if not frames:
         return spark.createDataFrame([], schema)
-    return _union(frames).select(*[F.col(quoted(name)) for name in schema.names])
+    return select_sql(spark, _union(frames), [quoted(name) for name in schema.names])
 
 
 def snapshot_as_inserts(df: DataFrame, version: int, timestamp_ms: int) -> DataFrame:

@@ -19,7 +19,6 @@ import pyarrow.compute as pc
 _PATH_SAFE = frozenset(
     "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.!~*'():@&=+$,;/"
 )
-_GLOB_CHARS = frozenset("{}[]*?\\")
 # A URI Spark spells as it is (but ``scheme:///`` as ``scheme:/``): scheme, authority, then
 # segments of characters java.net.URI leaves alone, none empty, "." or "..".
 _SAFE = r"[A-Za-z0-9\-_.!~*'():@&=+$,;]"
@@ -50,11 +49,10 @@ def spark_file_paths(uris: pa.Array | pa.ChunkedArray) -> pa.Array:
     return pc.replace_with_mask(spelled, pc.invert(plain), pa.array(others, pa.string()))
 
 
-def spark_read_path(uri: str) -> str:
-    """``uri`` as a path argument to ``spark.read``: glob characters escaped to match literally."""
-    if not _GLOB_CHARS.intersection(uri):
-        return uri
-    return "".join("\\" + c if c in _GLOB_CHARS else c for c in uri)
+def spark_read_paths(uris: pa.Array) -> pa.Array:
+    """``uris`` as path arguments to ``spark.read``: glob characters escaped to match
+    literally."""
+    return pc.replace_substring_regex(uris, r"([{}\[\]*?\\])", r"\\\1")
 
 
 def _split(uri: str) -> tuple[str, str, str]:

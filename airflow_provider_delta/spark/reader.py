@@ -23,6 +23,7 @@ from contextlib import contextmanager
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType
@@ -32,14 +33,18 @@ from airflow_provider_delta.core.model import DeletionVectorDescriptor, Plan, Ta
 from airflow_provider_delta.core.delta_log import TableLocation
 from airflow_provider_delta.errors import MissingDataFileError
 from airflow_provider_delta.spark.deletion_vectors import deleted_rows
-from airflow_provider_delta.spark.paths import spark_file_paths, spark_read_path
+from airflow_provider_delta.spark.handoff import (
+    LOOKUP_MAX_FILES, constant_sql, file_index_sql, read_parquet, select_sql,
+)
+from airflow_provider_delta.spark.paths import spark_file_paths, spark_read_paths
 from airflow_provider_delta.spark.schema import (
     logical_schema,
     physical_read_schema,
     quoted,
     to_logical_columns,
+    to_logical_sql,
 )
-from airflow_provider_delta.storage import local_path, missing_files
+from airflow_provider_delta.storage import missing_files
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +54,8 @@ _FILE_ID = "__delta_provider_file_id"
 _ROW = "__delta_provider_row_index"
 _FIELD_ID_CONF = "spark.sql.parquet.fieldId.read.enabled"
 _DISCOVERY_THRESHOLD_CONF = "spark.sql.sources.parallelPartitionDiscovery.threshold"
+_UNMATCHED_FILE = ("airflow-provider-delta: the plan has no entry for a scanned file (its "
+                   "partition values and deletion vector are unknown): ")
 
 
 def read_changes(
@@ -116,7 +123,10 @@ def read_plan(
     metadata = plan.metadata
     if not len(plan):
         return spark.createDataFrame([], logical_schema(metadata))
-    check_files_exist(plan, storage_options)
+    paths = plan.file_table.column("path").combine_chunks()
+    spark_checks = getattr(spark, "_jvm", None) is not None and _all_local(paths)
+    if not spark_checks:  # a classic session checks local paths itself, in parallel
+        check_files_exist(plan, storage_options)
     if only_rows is not None and not all(len(only_rows.get(i, ())) for i in range(len(plan))):
         raise ValueError("only_rows must list some rows of every file of the plan")
     deletions = _load_deletions(plan, storage_options) if only_rows is None else only_rows
@@ -130,8 +140,13 @@ def read_plan(
         plan.end_version, len(rounds),
     )
     row_join = "left_anti" if only_rows is None else "left_semi"
-    frames = [_read_round(spark, metadata, plan.file_table, positions, deletions, row_join)
-              for positions in rounds]
+    try:
+        frames = [_read_round(spark, metadata, plan.file_table, positions, deletions, row_join)
+                  for positions in rounds]
+    except AnalysisException as exc:
+        if spark_checks and "PATH_NOT_FOUND" in str(exc):
+            check_files_exist(plan, storage_options)  # names the file and its version
+        raise
     result = frames[0]
     for frame in frames[1:]:
         result = result.union(frame)
@@ -191,17 +206,23 @@ def _read_round(
     deletions: Mapping[int, np.ndarray],
     row_join: str,
 ) -> DataFrame:
-    """One Parquet scan over files with distinct paths, joined to their partitions and DVs."""
+    """One Parquet scan over files with distinct paths, with their partitions and DVs."""
     round_deletions = {int(i): deletions[int(i)] for i in positions if int(i) in deletions}
+    files = file_table.take(pa.array(positions))
+    paths = files.column("path").combine_chunks()
+    with _serial_listing(spark, _all_local(paths)):
+        scan = read_parquet(spark.read.schema(physical_read_schema(metadata)), spark,
+                            spark_read_paths(paths))
+    data_sql = to_logical_sql(metadata)
+    if not (metadata.partition_columns or round_deletions) and data_sql is not None:
+        return select_sql(spark, scan, data_sql)
+    if not round_deletions and len(files) <= LOOKUP_MAX_FILES and data_sql is not None:
+        looked_up = _with_file_constants(spark, scan, metadata, files, data_sql)
+        if looked_up is not None:
+            return looked_up
     scan_columns = [F.col("*"), F.col("_metadata.file_path").alias(_FILE)]
     if round_deletions:
         scan_columns.append(F.col("_metadata.row_index").alias(_ROW))
-    files = file_table.take(pa.array(positions))
-    paths = files.column("path").to_pylist()
-    with _serial_listing(spark, all(local_path(p) is not None for p in paths)):
-        scan = spark.read.schema(physical_read_schema(metadata)).parquet(
-            *[spark_read_path(p) for p in paths]
-        )
     rows = scan.select(*scan_columns)
     columns = _result_columns(metadata)
     if not (metadata.partition_columns or round_deletions):
@@ -217,12 +238,38 @@ def _read_round(
     return rows.select(_unmatched_file_guard(columns[0], metadata), *columns[1:])
 
 
+def _with_file_constants(
+    spark: SparkSession, scan: DataFrame, metadata: TableMetadata, files: pa.Table,
+    data_sql: list[str],
+) -> DataFrame | None:
+    """The scan's rows with their file's partition values, looked up by path in SQL literals;
+    None if a value cannot be written as one."""
+    values = files.column("partition_values").combine_chunks()
+    schema = logical_schema(metadata)
+    constants = {}
+    for field in schema.fields:
+        if field.name in metadata.partition_columns:
+            constants[field.name] = constant_sql(values.field(field.name).to_pylist(), field,
+                                                 _FILE_ID)
+            if constants[field.name] is None:
+                return None
+    index = file_index_sql(spark_file_paths(files.column("path")), _UNMATCHED_FILE)
+    rows = select_sql(spark, scan, [*data_sql, f"{index} AS {_FILE_ID}"])
+    return select_sql(spark, rows, [
+        f"{constants[f.name]} AS {quoted(f.name)}" if f.name in constants else quoted(f.name)
+        for f in schema.fields])
+
+
+def _all_local(paths: pa.Array) -> bool:
+    """Whether every path is a local one (:func:`~airflow_provider_delta.storage.local_path`)."""
+    remote = pc.and_(pc.match_substring(paths, "://"),
+                     pc.invert(pc.starts_with(paths, "file:")))
+    return not pc.any(remote).as_py()
+
+
 def _unmatched_file_guard(column: Column, metadata: TableMetadata) -> Column:
     first = logical_schema(metadata).names[0]
-    error = F.raise_error(F.concat(
-        F.lit("airflow-provider-delta: scanned file "), F.col(_FILE),
-        F.lit(" has no entry in the plan; its partition values and deletion vector are unknown"),
-    ))
+    error = F.raise_error(F.concat(F.lit(_UNMATCHED_FILE), F.col(_FILE)))
     return F.when(F.col(_FILE_ID).isNull(), error).otherwise(column).alias(first)
 
 

@@ -84,6 +84,23 @@ def to_logical_columns(metadata: TableMetadata) -> dict[str, Column]:
     return columns
 
 
+def to_logical_sql(metadata: TableMetadata) -> list[str] | None:
+    """:func:`to_logical_columns` as SQL text, in the logical order; None where a cast is
+    needed (column mapping renames nested fields through a cast to the logical type)."""
+    mode = metadata.column_mapping_mode
+    physical = {f.name: f for f in physical_read_schema(metadata).fields}
+    expressions = []
+    for logical, table_field in zip(
+        data_schema(metadata).fields, _data_fields(metadata), strict=True
+    ):
+        source = physical[physical_name(table_field, mode)]
+        if source.dataType.simpleString() != logical.dataType.simpleString():
+            return None
+        expressions.append(quoted(source.name) if source.name == logical.name
+                           else f"{quoted(source.name)} AS {quoted(logical.name)}")
+    return expressions
+
+
 def as_nullable(data_type: DataType) -> Any:
     """A copy of ``data_type`` with every field, element and value nullable.
 

@@ -15,7 +15,7 @@ from pyspark.sql.types import (
 )
 
 from airflow_provider_delta.core.model import TableMetadata
-from airflow_provider_delta.spark.paths import spark_file_path, spark_file_paths, spark_read_path
+from airflow_provider_delta.spark.paths import spark_file_path, spark_file_paths, spark_read_paths
 from airflow_provider_delta.spark.schema import logical_schema, physical_read_schema
 
 AWKWARD_NAMES = [
@@ -33,7 +33,7 @@ def test_file_path_keys_match_spark_metadata(spark, tmp_path):
         pq.write_table(pa.table({"i": [index]}), folder / f"f{index}.parquet")
         uris.append(f"file://{folder}/f{index}.parquet")
     rows = (
-        spark.read.parquet(*[spark_read_path(u) for u in uris])
+        spark.read.parquet(*spark_read_paths(pa.array(uris)).to_pylist())
         .select("i", "_metadata.file_path")
         .collect()
     )
