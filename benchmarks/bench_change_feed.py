@@ -4,11 +4,11 @@ against a full reload of the target.
 Side by side in one run on one local SparkSession (the sides alternate, medians of
 ``--repeat`` warm runs; the first call of each side in the fresh session is shown apart):
 
-1. The feed of a CDF table's first ``--rows`` inserted rows (``--commits`` appends):
-   ``read_change_feed`` (log planning + one Spark job writing every row to Spark's ``noop``
-   sink) against ``load_cdf`` of the same range read into Arrow (deltalake, in process, no
-   JVM). Spark's floor, ``spark.read.parquet`` of the same files into ``noop``, is timed
-   beside them. Goal: ratio <= 1.5.
+1. The feed of a table's first ``--rows`` inserted rows (``--commits`` appends), CDF on and
+   off: ``read_change_feed`` (log planning + one Spark job writing every row to Spark's
+   ``noop`` sink) against Spark's floor, ``spark.read.parquet`` of the same files into
+   ``noop``. Goal: ratio <= 1.5. With CDF on, also against ``load_cdf`` of the same range
+   read into Arrow (deltalake, in process, no JVM).
 2. A target of ``--rows`` rows in ``--files`` files clustered by key (as after OPTIMIZE or
    Z-order) gets one source commit that updates 1% of the rows, applied with the driver's
    ``run_job`` (``change_feed=True``, ``delta-merge`` sink), against rewriting the whole
@@ -68,27 +68,27 @@ def timed(action: Callable[[], object]) -> float:
 
 
 def bench_feed(spark, work: Path, rows: int, commits: int, repeat: int) -> None:
-    source = str(work / "feed-source")
-    write_clustered(source, rows, commits, _CDF_ON)
-    end = commits - 1
-    paths = plan_change_feed(source, 0, end).file_table.column("path").to_pylist()
-    ours = noop_write(lambda: read_change_feed(spark, source, 0, end))
-    plain = noop_write(lambda: spark.read.parquet(*paths))
+    for cdf in (True, False):
+        source = str(work / f"feed-source-{'on' if cdf else 'off'}")
+        write_clustered(source, rows, commits, _CDF_ON if cdf else None)
+        end = commits - 1
+        paths = plan_change_feed(source, 0, end).file_table.column("path").to_pylist()
+        ours = noop_write(lambda: read_change_feed(spark, source, 0, end))
+        plain = noop_write(lambda: spark.read.parquet(*paths))
+        first_ours = timed(ours)
+        warm_ours, warm_plain = timed_pair(ours, plain, repeat)
+        print(f"1. feed of {rows} rows in {commits} commits, CDF {'on' if cdf else 'off'}: "
+              f"read_change_feed {warm_ours:.3f}s (first call in the session {first_ours:.3f}s); "
+              f"Spark's floor, spark.read.parquet of the same files: {warm_plain:.3f}s; "
+              f"ratio {warm_ours / warm_plain:.2f}x (goal <= 1.5x); load average "
+              f"{os.getloadavg()[0]:.2f}")
+        if cdf:
+            def theirs() -> None:
+                pa.table(DeltaTable(source).load_cdf(starting_version=0, ending_version=end))
 
-    def theirs() -> None:
-        pa.table(DeltaTable(source).load_cdf(starting_version=0, ending_version=end))
-
-    first_ours, first_theirs = timed(ours), timed(theirs)
-    warm_ours, warm_theirs = timed_pair(ours, theirs, repeat)
-    warm_plain, _ = timed_pair(plain, theirs, repeat)
-    print(f"1. feed of {rows} rows in {commits} commits:\n"
-          f"   first call in a fresh session: read_change_feed {first_ours:.3f}s, "
-          f"load_cdf {first_theirs:.3f}s\n"
-          f"   warm: read_change_feed {warm_ours:.3f}s; load_cdf {warm_theirs:.3f}s; ratio "
-          f"{warm_ours / warm_theirs:.2f}x (goal <= 1.5x)\n"
-          f"   Spark's floor, spark.read.parquet of the same files: {warm_plain:.3f}s "
-          f"({warm_plain / warm_theirs:.2f}x load_cdf); read_change_feed / floor "
-          f"{warm_ours / warm_plain:.2f}x")
+            warm_ours, warm_theirs = timed_pair(ours, theirs, repeat)
+            print(f"   against deltalake's load_cdf into Arrow (in process, no JVM): "
+                  f"{warm_ours:.3f}s vs {warm_theirs:.3f}s, {warm_ours / warm_theirs:.2f}x")
 
 
 def merge_job(source: str, target: str, version: int) -> JobSpec:

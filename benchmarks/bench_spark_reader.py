@@ -8,14 +8,24 @@ Two measurements, each side by side in one run on one local SparkSession:
 2. Loading only the newest commit (1% of the table's files) with ``read_changes``, against
    reprocessing the whole table with ``read_snapshot``; same action (noop write).
    Goal: full / incremental >= 20.
+3. A big plan into Spark: ``read_changes`` over a range of ``--big-files`` files (one small
+   Parquet file hard-linked that many times, the log written here) up to the DataFrame being
+   ready, before any action: planning and handing the plan to Spark (Spark's own existence
+   check and listing of the files included), beside planning alone; then, once,
+   ``spark.read.parquet(*paths)`` of the same paths from a Python list (one Py4J call per
+   path). Goal: <= 1 s.
 
 Usage: ``python benchmarks/bench_spark_reader.py [--commits 100] [--files-per-commit 10]
-[--rows-per-file 5000] [--range-commits 10] [--repeat 3]``. Tables are written with ``deltalake`` into a temp folder.
+[--rows-per-file 5000] [--range-commits 10] [--big-files 100000] [--repeat 3]
+[--parts 1,2,3]``. Tables are written with ``deltalake`` into a temp folder.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import shutil
 import statistics
 import tempfile
 import time
@@ -30,6 +40,7 @@ from airflow_provider_delta.core import plan_changes
 from airflow_provider_delta.spark import read_changes, read_snapshot
 
 
+_LINKS_PER_COPY = 50_000
 _BYTES_PER_ROW = 20  # about what a row of this table takes in Parquet
 
 
@@ -97,6 +108,72 @@ def local_spark() -> SparkSession:
     return spark
 
 
+def build_big_range(path: str, files: int, commits: int = 100) -> None:
+    """A table whose versions 1..``commits`` add ``files`` files together: one small Parquet
+    file hard-linked under every name (a copy per 50,000 links), the log written directly."""
+    os.makedirs(os.path.join(path, "_delta_log"))
+    source = os.path.join(path, "source.parquet")
+    write_deltalake(source + ".table", pa.table({"id": pa.array([1, 2], pa.int64())}))
+    first = next(f for f in os.listdir(source + ".table") if f.endswith(".parquet"))
+    os.link(os.path.join(source + ".table", first), source)
+    size = os.path.getsize(source)
+    schema = {"type": "struct", "fields": [
+        {"name": "id", "type": "long", "nullable": True, "metadata": {}}]}
+    header = [{"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}},
+              {"metaData": {"id": "bench-big-range", "format": {"provider": "parquet",
+                            "options": {}}, "schemaString": json.dumps(schema),
+                            "partitionColumns": [], "configuration": {},
+                            "createdTime": 1_700_000_000_000}}]
+    _log_commit(path, 0, header)
+    bounds = np.linspace(0, files, commits + 1).astype(int)
+    for version in range(1, commits + 1):
+        adds = []
+        for number in range(bounds[version - 1], bounds[version]):
+            name = f"part-{number:07d}.parquet"
+            copy = f"{source}.{number // _LINKS_PER_COPY}"  # file systems cap links per inode
+            if not os.path.exists(copy):
+                shutil.copyfile(source, copy)
+            os.link(copy, os.path.join(path, name))
+            adds.append({"add": {"path": name, "partitionValues": {}, "size": size,
+                                 "modificationTime": 1_700_000_000_000, "dataChange": True,
+                                 "stats": '{"numRecords":2}'}})
+        _log_commit(path, version, adds)
+
+
+def _log_commit(path: str, version: int, actions: list[dict]) -> None:
+    info = {"commitInfo": {"timestamp": 1_700_000_000_000 + version, "operation": "WRITE"}}
+    with open(os.path.join(path, "_delta_log", f"{version:020d}.json"), "w") as handle:
+        handle.write("".join(json.dumps(a) + "\n" for a in [info, *actions]))
+
+
+def bench_big_plan(spark: SparkSession, files: int, repeat: int) -> None:
+    path = tempfile.mkdtemp(prefix="bench-big-range-") + "/t"
+    started = time.perf_counter()
+    build_big_range(path, files)
+    print(f"table of {files} files written in {time.perf_counter() - started:.1f}s")
+    plan = plan_changes(path, 1, 100)
+    paths = plan.file_table.column("path").to_pylist()
+    schema = "id long"
+
+    def ours() -> None:
+        read_changes(spark, path, 1, 100)
+
+    def per_path() -> None:
+        spark.read.schema(schema).parquet(*paths)
+
+    def planning() -> None:
+        plan_changes(path, 1, 100)
+
+    ready, planned = timed_pair(ours, planning, repeat)
+    started = time.perf_counter()
+    per_path()  # once: 100,000 Py4J calls take minutes on a loaded machine
+    listed = time.perf_counter() - started
+    print(f"3. read_changes over {len(paths)} files up to the DataFrame: {ready:.3f}s "
+          f"(planning {planned:.3f}s of it; goal <= 1 s); spark.read.parquet(*paths) of the "
+          f"same paths from a Python list: {listed:.3f}s; ratio {ready / listed:.2f}x; "
+          f"load average {os.getloadavg()[0]:.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--commits", type=int, default=100)
@@ -105,9 +182,17 @@ def main() -> None:
     parser.add_argument("--range-commits", type=int, default=10,
                         help="commits in the range of measurement 1")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--big-files", type=int, default=100_000)
+    parser.add_argument("--parts", default="1,2,3")
     args = parser.parse_args()
 
     spark = local_spark()
+    parts = args.parts.split(",")
+    if "3" in parts:
+        bench_big_plan(spark, args.big_files, args.repeat)
+    if not {"1", "2"} & set(parts):
+        spark.stop()
+        return
     tables = {}
     for partitioned in (False, True):
         path = tempfile.mkdtemp(prefix="bench-spark-reader-")
