@@ -8,12 +8,16 @@ poke, trigger and driver process. The core builds its arrays here instead and ne
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Sequence
+from decimal import Decimal
 
 import numpy as np
 import pyarrow as pa
 
 _BOOL = np.dtype(bool)
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+_EPOCH_DATE = dt.date(1970, 1, 1)
 
 
 def from_numpy(values: np.ndarray, valid: np.ndarray | None = None) -> pa.Array:
@@ -44,6 +48,31 @@ def to_numpy(array: pa.Array | pa.ChunkedArray) -> np.ndarray:
     if data is None:
         return np.zeros(0, dtype)
     return np.frombuffer(data, dtype, count=len(array), offset=array.offset * dtype.itemsize)
+
+
+def to_python(array: pa.Array) -> list:
+    """``array.to_pylist()``, but dates, timestamps and decimals built here: pyarrow's own
+    conversion of those imports pandas."""
+    kind = array.type
+    if not (pa.types.is_date32(kind) or pa.types.is_timestamp(kind)
+            or pa.types.is_decimal(kind)):
+        return array.to_pylist()
+    valid = [True] * len(array) if not array.null_count else array.is_valid().to_pylist()
+    if pa.types.is_decimal(kind):
+        texts = array.cast(pa.string()).to_pylist()
+        return [Decimal(t) if t is not None else None for t in texts]
+    if pa.types.is_date32(kind):
+        days = _integers(array.cast(pa.int32()))
+        return [_EPOCH_DATE + dt.timedelta(days=d) if ok else None for d, ok in zip(days, valid)]
+    micros = _integers(array.cast(pa.timestamp("us", kind.tz)).cast(pa.int64()))
+    epoch = _EPOCH if kind.tz else _EPOCH.replace(tzinfo=None)
+    return [epoch + dt.timedelta(microseconds=m) if ok else None for m, ok in zip(micros, valid)]
+
+
+def _integers(array: pa.Array) -> list[int]:
+    """The values of an integer array, whatever lies under its nulls."""
+    return np.frombuffer(array.buffers()[1], _numpy_dtype(array.type))[
+        array.offset:array.offset + len(array)].tolist()
 
 
 def full(length: int, value: int | bool, dtype: type = np.int64) -> pa.Array:

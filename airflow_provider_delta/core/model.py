@@ -14,6 +14,8 @@ from typing import Any, Literal, NamedTuple
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from airflow_provider_delta.core.arrow import to_python
+
 
 class LoadStart(NamedTuple):
     """Where a load starts: the snapshot at ``version``, or the changes from ``version`` on.
@@ -102,7 +104,11 @@ class Plan:
     @cached_property
     def files(self) -> tuple[PlannedFile, ...]:
         columns = {name: self.file_table.column(name).to_pylist()
-                   for name in self.file_table.column_names}
+                   for name in self.file_table.column_names if name != "partition_values"}
+        values = self.file_table.column("partition_values").combine_chunks()
+        fields = {f.name: to_python(values.field(f.name)) for f in values.type}
+        columns["partition_values"] = [dict(zip(fields, row)) for row in zip(
+            *fields.values())] if fields else [{}] * len(values)
         metadata = {v: self.metadata_at(v) for v in set(columns["version"])}
         return tuple(
             PlannedFile(version=version, path=path, size=size, partition_values=values,

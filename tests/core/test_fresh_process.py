@@ -12,7 +12,8 @@ import textwrap
 import pytest
 
 # every planning path: typed partition values of each type, escaped paths, a classic
-# checkpoint with deletion vectors, a v2 JSON checkpoint, change feeds with cdc files
+# checkpoint with deletion vectors, a v2 JSON checkpoint, change feeds with cdc files; and
+# ``Plan.files``, the per-file view (Python values of every partition type)
 _TABLES = ("delta-golden/data-reader-partition-values", "delta-golden/data-reader-escaped-chars",
            "delta-golden/dv-partitioned-with-checkpoint", "delta-golden/v2-checkpoint-json",
            "delta-rs/cdf-table")
@@ -29,6 +30,7 @@ _PLAN_EVERY_WAY = textwrap.dedent("""
         batches = split_batches(changes, max_files=1, max_bytes=10)
         files += len(snapshot) + len(changes) + len(feed) + sum(map(len, batches))
         files += sum(map(len, split_feed(feed, max_files=1))) + int(feed.total_bytes > 0)
+        files += len(snapshot.files) + len(changes.files)  # the per-file view too
     print(json.dumps({"files": files, "pandas": "pandas" in sys.modules}))
 """)
 
