@@ -26,6 +26,25 @@ SHARED_TABLES = Path(
 )
 
 
+# Jars from Maven Central (spark.jars.packages) into ./.ivy2, cold in a fresh clone; resolved
+# against Maven Central only (tests/ivysettings.xml).
+IVY_CONFS = {"spark.jars.ivy": str(REPO_ROOT / ".ivy2"),
+             "spark.jars.ivySettings": str(REPO_ROOT / "tests" / "ivysettings.xml")}
+# hadoop-aws of pyspark's Hadoop (3.5.0) with the AWS SDK modules S3A uses, instead of the SDK's
+# 686 MB bundle.
+AWS_SDK = "2.35.4"  # hadoop-project 3.5.0's aws-java-sdk-v2.version
+S3A_PACKAGES = ("org.apache.hadoop:hadoop-aws:3.5.0",
+                *(f"software.amazon.awssdk:{m}:{AWS_SDK}"
+                  for m in ("s3", "s3-transfer-manager", "sts", "apache-client")))
+S3A_EXCLUDES = ("software.amazon.awssdk:bundle",)
+
+
+def maven_confs(packages: tuple[str, ...], excludes: tuple[str, ...] = ()) -> dict[str, str]:
+    """Spark confs that fetch ``packages`` (without ``excludes``) from Maven Central."""
+    return {"spark.jars.packages": ",".join(packages),
+            "spark.jars.excludes": ",".join(excludes), **IVY_CONFS}
+
+
 def shared_table_names() -> list[str]:
     """Every table listed in the shared MANIFEST.tsv, e.g. ``delta-golden/snapshot-data1``."""
     lines = (SHARED_TABLES / "MANIFEST.tsv").read_text().splitlines()[1:]

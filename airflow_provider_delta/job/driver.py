@@ -33,6 +33,7 @@ from airflow_provider_delta.job.spec import BatchResult, JobResult, JobSpec
 from airflow_provider_delta.job.credentials import spark_conf_from, with_credentials_from
 from airflow_provider_delta.spark import read_plan
 from airflow_provider_delta.spark.change_feed import read_feed, snapshot_as_inserts
+from airflow_provider_delta.spark.s3a import s3a_settings
 from airflow_provider_delta.storage import read_text, write_text
 
 if TYPE_CHECKING:
@@ -53,6 +54,7 @@ def configure_session(spark: SparkSession) -> None:
 
 def run_job(spark: SparkSession, spec: JobSpec) -> JobResult:
     """Run every batch of ``spec`` that the sink does not hold yet; return what was done."""
+    configure_s3a(spark, spec)
     sink = make_sink(spec.sink)
     sink.check_target(spec.table_uri)
     first, last = spec.covered_range()
@@ -71,6 +73,15 @@ def run_job(spark: SparkSession, spec: JobSpec) -> JobResult:
     start = last if spec.mode == "snapshot" else resume
     return JobResult(spec.table_uri, spec.mode, start, last, tuple(results),
                      spark_ui_url=spark_ui_url(spark))
+
+
+def configure_s3a(spark: SparkSession, spec: JobSpec) -> None:
+    """Spark's S3A settings for the source's and the target's buckets, from their storage
+    options (on the job's session, never on a command line)."""
+    for uri, options in ((spec.table_uri, spec.storage_options),
+                         (spec.sink.path, spec.sink.storage_options)):
+        for key, value in (s3a_settings(uri, options) if uri else {}).items():
+            spark.conf.set(key, value)
 
 
 def spark_ui_url(spark: SparkSession) -> str | None:

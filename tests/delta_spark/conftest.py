@@ -14,7 +14,7 @@ import logging
 
 import pytest
 
-from tests.conftest import REPO_ROOT
+from tests.conftest import S3A_EXCLUDES, S3A_PACKAGES, maven_confs
 
 # Spark line -> the Delta release whose jars are built for it.
 DELTA_FOR_SPARK = {"4.2": "4.4.0"}
@@ -51,19 +51,17 @@ SPARK_SHIPS = (
 )
 
 
-def delta_packages() -> list[str]:
-    return [f"io.delta:delta-spark_2.13:{DELTA_VERSION}"]
-
-
-def delta_confs(extra_packages: list[str] = (), extra_excludes: tuple[str, ...] = ()
-                ) -> dict[str, str]:
-    """The Spark confs that put Delta's jars, SQL extension and catalog in a session."""
+def delta_confs(with_s3a: bool = False) -> dict[str, str]:
+    """The Spark confs that put Delta's jars (and hadoop-aws's), SQL extension and catalog in
+    a session."""
+    packages = (f"io.delta:delta-spark_2.13:{DELTA_VERSION}",
+                *(S3A_PACKAGES if with_s3a else ()))
     return {
-        "spark.jars.packages": ",".join([*delta_packages(), *extra_packages]),
-        "spark.jars.excludes": ",".join([*SPARK_SHIPS, *extra_excludes]),
-        "spark.jars.ivy": str(REPO_ROOT / ".ivy2"),
+        **maven_confs(packages, SPARK_SHIPS + (S3A_EXCLUDES if with_s3a else ())),
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        # Small tables: Delta's state reconstruction defaults to 50 shuffle partitions.
+        "spark.databricks.delta.snapshotPartitions": "2",
     }
 
 

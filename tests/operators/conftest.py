@@ -21,6 +21,9 @@ import pyspark
 import pytest
 from deltalake import DeltaTable, QueryBuilder, write_deltalake
 
+from tests.conftest import S3A_EXCLUDES, S3A_PACKAGES, maven_confs
+from tests.delta_spark.conftest import HAS_DELTA_JARS, delta_confs
+
 
 def delta_rows(table_uri: str, version: int | None = None) -> Counter:
     """The rows of a Delta table as a multiset of tuples, read by deltalake through DataFusion."""
@@ -140,6 +143,9 @@ def connect_server(tmp_path_factory):
     ui_port = _free_port()  # its UI, where the secrets probe looks
     server = LocalConnectServer(log, token=CONNECT_TOKEN, confs={
         "spark.ui.enabled": "true", "spark.ui.port": str(ui_port),
+        # hadoop-aws for s3a://, and Delta's jars for sink="delta-spark" where they exist.
+        **(delta_confs(with_s3a=True) if HAS_DELTA_JARS
+           else maven_confs(S3A_PACKAGES, S3A_EXCLUDES)),
         "spark.sql.session.timeZone": CONNECT_SERVER_TIME_ZONE,
         "spark.sql.shuffle.partitions": "2", "spark.driver.memory": "1g",
         "spark.log.level": "WARN",
@@ -167,6 +173,23 @@ def spark_transport(request, monkeypatch):
         return {"conn_id": conn_id, "conf": SPARK_CONF, "env_vars": driver_env()}
     server = request.getfixturevalue("connect_server")
     return {"conn_id": connect_connection(monkeypatch, server.port)}
+
+
+@pytest.fixture(params=["delta", "delta-spark"])
+def delta_sink(request):
+    """The two appending Delta sinks: ``deltalake``'s commit and Delta's own writer (where
+    Delta's jars exist for this Spark: ``bash scripts/dev.sh test-delta-spark``)."""
+    if request.param == "delta-spark" and not HAS_DELTA_JARS:
+        pytest.skip("no Delta jars for this Spark (bash scripts/dev.sh test-delta-spark)")
+    return request.param
+
+
+def with_sink(transport: dict, sink: str) -> dict:
+    """Operator keywords for ``sink`` over ``transport``: spark-submit gets Delta's jars in its
+    conf for ``delta-spark`` (a Connect server has them from its start)."""
+    if sink != "delta-spark" or "conf" not in transport:
+        return {**transport, "sink": sink}
+    return {**transport, "sink": sink, "conf": {**transport["conf"], **delta_confs()}}
 
 
 def driver_env() -> dict[str, str]:

@@ -18,6 +18,7 @@ from .conftest import (
     four_commit_source,
     recorded,
     watermark,
+    with_sink,
 )
 
 pytestmark = pytest.mark.slow
@@ -53,29 +54,31 @@ def _failing_write(context, version, table_id=None):
 
 
 def _dag(transport, source, target, *, fault=None, transform="operators.transforms:add_batch_end",
-         initial="earliest", watermark_key="wm_faults"):
+         initial="earliest", watermark_key="wm_faults", sink="delta"):
     with DAG("faulty_load", schedule=None) as dag:
         FaultyLoad(
-            task_id="load", table_uri=source, target=target, **transport,
+            task_id="load", table_uri=source, target=target, **with_sink(transport, sink),
             watermark_store="variable", watermark_key=watermark_key, initial=initial,
             max_files=1, transform=transform, fault=fault,
         )
     return dag
 
 
-def test_crash_at_each_step_then_rerun_loads_each_row_once(spark_transport, run_dag, xcom_value,
-                                                          task_states, tmp_path):
+def test_crash_at_each_step_then_rerun_loads_each_row_once(spark_transport, delta_sink, run_dag,
+                                                          xcom_value, task_states, tmp_path):
     source, target = str(tmp_path / "source"), str(tmp_path / "target")
     expected = four_commit_source(source)
     assert sum(expected.values()) == 8
     forget_watermark("wm_faults")
+    load = {"transport": spark_transport, "source": source, "target": target,
+            "sink": delta_sink}
 
-    run = run_dag(_dag(spark_transport, source, target, fault="before_submit"))
+    run = run_dag(_dag(**load, fault="before_submit"))
     assert task_states(run) == {"load": "failed"}
     assert not (tmp_path / "target").exists() and watermark("wm_faults") is None
 
     # Batch 2 (id 6) fails inside the Spark write: batches 0 and 1 are committed, 2 is not.
-    run = run_dag(_dag(spark_transport, source, target,
+    run = run_dag(_dag(**load,
                        transform="operators.transforms:fail_inside_write"))
     assert task_states(run) == {"load": "failed"}
     assert DeltaTable(target).transaction_version(_app_id(source, target)) == 1
@@ -83,18 +86,18 @@ def test_crash_at_each_step_then_rerun_loads_each_row_once(spark_transport, run_
     assert watermark("wm_faults") is None
 
     # The re-run resumes at version 2; then the task dies before the watermark write.
-    run = run_dag(_dag(spark_transport, source, target, fault="after_commit"))
+    run = run_dag(_dag(**load, fault="after_commit"))
     assert task_states(run) == {"load": "failed"}
     assert DeltaTable(target).transaction_version(_app_id(source, target)) == 3
     assert delta_rows(target) == expected
     assert watermark("wm_faults") is None
 
     # Everything is committed: no Spark job, and the watermark write itself fails.
-    run = run_dag(_dag(spark_transport, source, target, fault="during_watermark_write"))
+    run = run_dag(_dag(**load, fault="during_watermark_write"))
     assert task_states(run) == {"load": "failed"}
     assert watermark("wm_faults") is None
 
-    run = run_dag(_dag(spark_transport, source, target))
+    run = run_dag(_dag(**load))
     assert task_states(run) == {"load": "success"}
     assert xcom_value(run, "load")["batches"] == []
     assert watermark("wm_faults") == {source: recorded(source, 3)}

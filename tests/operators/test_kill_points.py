@@ -18,9 +18,11 @@ from .conftest import (
     append_rows,
     delta_rows,
     driver_env,
+    forget_watermark,
     four_commit_source,
     recorded,
     watermark,
+    with_sink,
 )
 from .test_faults import Crash
 from .transforms import KILL_POINT_ENV
@@ -36,11 +38,13 @@ class LostAfterWatermark(DeltaIncrementalOperator):
         raise Crash("the worker died after the watermark write")
 
 
-def _dag(conn_id, source, target, kill_point=None, operator=DeltaIncrementalOperator):
+def _dag(conn_id, source, target, kill_point=None, operator=DeltaIncrementalOperator,
+         sink="delta"):
     env = {**driver_env(), KILL_POINT_ENV: kill_point or "none:-1:-"}
     with DAG("kill_points", schedule=None) as dag:
         operator(
-            task_id="load", table_uri=source, target=target, conn_id=conn_id, conf=SPARK_CONF,
+            task_id="load", table_uri=source, target=target,
+            **with_sink({"conn_id": conn_id, "conf": SPARK_CONF}, sink),
             watermark_store="variable", watermark_key="wm_kill_points", initial="earliest",
             max_files=1, transform="operators.transforms:kill_at_point", env_vars=env,
         )
@@ -59,13 +63,14 @@ def _killed(marker: str) -> None:
 
 
 def test_sigkill_at_every_point_then_rerun_leaves_each_row_once(
-        spark_local_conn, run_dag, task_states, tmp_path):
+        spark_local_conn, delta_sink, run_dag, task_states, tmp_path):
     source, target = str(tmp_path / "source"), str(tmp_path / "target")
     expected = four_commit_source(source)  # versions 0..3, one batch each (max_files=1)
+    forget_watermark("wm_kill_points")  # a run per sink
 
     def run(kill_point=None, operator=DeltaIncrementalOperator):
         return task_states(run_dag(_dag(spark_local_conn, source, target, kill_point,
-                                         operator)))["load"]
+                                         operator, delta_sink)))["load"]
 
     # Before the first batch: nothing committed, nothing staged left as a Delta table.
     marker = str(tmp_path / "before-first")

@@ -83,8 +83,6 @@ class DeltaAppendSink(Sink):
         check_rows(self.spec, target.view(), df)
 
     def write(self, df: DataFrame | None, start_version: int, end_version: int) -> SinkWrite:
-        if self.spec.use_delta_spark:
-            return self._write_with_delta_spark(df, end_version)
         rows = delta_schema(df)
         view = self._target.latest().view()
         if view is not None and new_columns(self.spec, view, rows):
@@ -169,12 +167,6 @@ class DeltaAppendSink(Sink):
                  self.spec.app_id, end_version)
         return True
 
-    def _write_with_delta_spark(self, df: DataFrame, end_version: int) -> SinkWrite:
-        # Delta's own idempotent-write options: the same txn semantics, through the Delta jars.
-        (df.write.format("delta").mode("append")
-           .option("txnAppId", self.spec.app_id).option("txnVersion", end_version)
-           .partitionBy(*self.spec.partition_by).save(spark_uri(self.uri)))
-        return SinkWrite(rows=None, sink_version=self._target.latest().version)
 
 
 def _partition_values(relative_path: str) -> dict[str, str | None]:

@@ -340,10 +340,26 @@ class TargetLog:
             max_commit_retries=0,
             app_transactions=[Transaction(self.spec.app_id, end_version), *run.records(),
                               *records, Transaction(LAYOUT_APP_ID, LAYOUT)],
-            custom_metadata={SOURCE_VERSIONS_KEY: f"{start_version}..{end_version}",
-                             APP_ID_KEY: self.spec.app_id,
-                             **({SOURCE_KEY: self.spec.source} if self.spec.source else {})},
+            custom_metadata=self.commit_metadata(start_version, end_version),
         )
+
+    def commit_metadata(self, start_version: int, end_version: int) -> dict[str, str]:
+        """The commitInfo keys of a batch's commit: its source range, the appId, the source
+        (Delta's own writer, sink="delta-spark", carries them as JSON in ``userMetadata``)."""
+        return {SOURCE_VERSIONS_KEY: f"{start_version}..{end_version}",
+                APP_ID_KEY: self.spec.app_id,
+                **({SOURCE_KEY: self.spec.source} if self.spec.source else {})}
+
+    def own_commit(self, start_version: int, end_version: int) -> tuple[int | None, int | None]:
+        """The target version and row count of this app's newest commit of ``start..end``."""
+        table = self.latest().table
+        for info in table.history() if table is not None else ():
+            recorded = _recorded_keys(info)
+            if (recorded.get(APP_ID_KEY) == self.spec.app_id and recorded.get(
+                    SOURCE_VERSIONS_KEY) == f"{start_version}..{end_version}"):
+                rows = (info.get("operationMetrics") or {}).get("numOutputRows")
+                return info["version"], None if rows is None else int(rows)
+        return None, None
 
     def post_commit_hooks(self) -> PostCommitHookProperties:
         """deltalake's hooks for a commit on this snapshot: its checkpoint when due, and log
@@ -434,11 +450,24 @@ def _history_commits(table: DeltaTable) -> list[ProviderCommit]:
     """The commits of this provider still in the history of a target of older versions."""
     commits = []
     for info in table.history():
-        if SOURCE_VERSIONS_KEY in info:
-            first, _, last = info[SOURCE_VERSIONS_KEY].partition("..")
-            commits.append(ProviderCommit(info.get(APP_ID_KEY), info.get(SOURCE_KEY),
+        recorded = _recorded_keys(info)
+        if SOURCE_VERSIONS_KEY in recorded:
+            first, _, last = recorded[SOURCE_VERSIONS_KEY].partition("..")
+            commits.append(ProviderCommit(recorded.get(APP_ID_KEY), recorded.get(SOURCE_KEY),
                                           int(first), int(last), info["version"]))
     return commits
+
+
+def _recorded_keys(info: dict) -> dict:
+    """This provider's keys of one commitInfo: top-level (deltalake's commits), or in the JSON
+    of ``userMetadata`` (Delta's own writer, sink="delta-spark")."""
+    if SOURCE_VERSIONS_KEY in info:
+        return info
+    try:
+        recorded = json.loads(info.get("userMetadata") or "")
+    except ValueError:
+        return {}
+    return recorded if isinstance(recorded, dict) else {}
 
 
 def resume_after(target_uri: str, start: int, end: int | None,
