@@ -16,8 +16,9 @@ from airflow_provider_delta.job.sinks.target_log import SOURCE_VERSIONS_KEY
 from airflow_provider_delta.operators import DeltaIncrementalOperator
 from airflow_provider_delta.sensors import DeltaVersionSensor
 from tests.delta_spark.conftest import DELTA_VERSION, needs_delta_jars
-from tests.operators.conftest import (
-    append_rows, delta_rows, forget_watermark, recorded, watermark, with_sink,
+from tests.operators.conftest import (  # noqa: F401 - the transports' fixtures
+    append_rows, connect_server, delta_rows, forget_watermark, recorded, spark_local_conn,
+    spark_transport, watermark, with_sink,
 )
 from tests.operators.test_differential import spec_of
 
