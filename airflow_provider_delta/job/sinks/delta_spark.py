@@ -16,11 +16,9 @@ import logging
 from typing import TYPE_CHECKING
 
 from airflow_provider_delta.errors import SinkSchemaMismatchError
-from airflow_provider_delta.job.sinks.base import Sink, SinkWrite
-from airflow_provider_delta.job.sinks.target_log import TargetLog, open_target, require_app_id
-from airflow_provider_delta.job.sinks.targets import refuse_delta_target, refuse_source_table_id
-from airflow_provider_delta.job.spec import SinkSpec
-from airflow_provider_delta.storage import spark_uri, to_uri
+from airflow_provider_delta.job.sinks.base import SinkWrite
+from airflow_provider_delta.job.sinks.delta_append import DeltaAppendSink
+from airflow_provider_delta.storage import spark_uri
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -37,33 +35,10 @@ SCHEMA_REFUSED = ("DELTA_FAILED_TO_MERGE_FIELDS", "_LEGACY_ERROR_TEMP_DELTA_0007
 WRITER_OPTIONS = ("txnAppId", "txnVersion", "userMetadata")  # set by the sink, never by a user
 
 
-class DeltaSparkSink(Sink):
-    """Append with ``format("delta")``, exactly once per ``(app_id, source version)``."""
-
-    def __init__(self, spec: SinkSpec):
-        require_app_id(spec)
-        self.spec = spec
-        self.uri = to_uri(spec.path)
-
-    def _log(self) -> TargetLog:
-        return TargetLog.open(self.spec)
-
-    def committed_version(self) -> int | None:
-        return self._log().committed_version()
-
-    def held_through(self, first: int | None) -> int | None:
-        return self._log().held_through(first)
-
-    def first_unwritten(self, start: int, end: int | None) -> int:
-        return self._log().first_unwritten(start, end)
-
-    def check_target(self, source_uri: str) -> None:
-        refuse_delta_target(source_uri, self.uri, self.spec.storage_options,
-                            lambda: open_target(self.uri, self.spec.storage_options))
-
-    def check_not_source(self, source_uri: str, source_table_id: str) -> None:
-        refuse_source_table_id(self.uri, open_target(self.uri, self.spec.storage_options),
-                               source_uri, source_table_id)
+class DeltaSparkSink(DeltaAppendSink):
+    """Append with ``format("delta")``, exactly once per ``(app_id, source version)``: the
+    ``delta`` sink's target, records and rules, Delta's writer instead of staged files and a
+    ``deltalake`` commit."""
 
     def check(self, df: DataFrame) -> None:
         missing = [c for c in self.spec.partition_by if c not in df.columns]
@@ -72,8 +47,7 @@ class DeltaSparkSink(Sink):
 
     def write(self, df: DataFrame | None, start_version: int, end_version: int) -> SinkWrite:
         if self._holds(start_version, end_version):
-            return SinkWrite(rows=0, sink_version=open_target(self.uri, self.spec.storage_options)
-                             .version())
+            return SinkWrite(rows=0, sink_version=self._table().version())
         metadata = self._log().commit_metadata(start_version, end_version)
         options = {k: v for k, v in self.spec.options.items() if k not in WRITER_OPTIONS}
         writer = (df.write.format("delta").mode("append").options(**options)
@@ -87,8 +61,7 @@ class DeltaSparkSink(Sink):
             writer.save(spark_uri(self.uri))
         except Exception as error:  # Py4J and Spark Connect raise different classes
             self._raise_unless_lost_race(error, start_version, end_version)
-            return SinkWrite(rows=0, sink_version=open_target(
-                self.uri, self.spec.storage_options).version())
+            return SinkWrite(rows=0, sink_version=self._table().version())
         version, rows = self._log().own_commit(start_version, end_version)
         log.info("committed batch %s..%s to %s as version %s with txn %s=%s", start_version,
                  end_version, self.uri, version, self.spec.app_id, end_version)
