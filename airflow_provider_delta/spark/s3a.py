@@ -23,6 +23,8 @@ S3A_SETTINGS = {
     "region": "endpoint.region",
 }
 TEMPORARY_CREDENTIALS = "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider"
+# The plans name data files by their table's URI (``s3://``): S3A serves that scheme too.
+S3_SCHEME = {"fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem"}
 
 
 def s3a_settings(table_uri: str, storage_options: Mapping[str, str] | None) -> dict[str, str]:
@@ -34,7 +36,8 @@ def s3a_settings(table_uri: str, storage_options: Mapping[str, str] | None) -> d
     bucket = rest.split("/", 1)[0]
     options = {k.lower().removeprefix("aws_"): str(v) for k, v in storage_options.items()}
     prefix = f"fs.s3a.bucket.{bucket}."
-    settings = {prefix + S3A_SETTINGS[k]: v for k, v in options.items() if k in S3A_SETTINGS}
+    settings = {**S3_SCHEME,
+                **{prefix + S3A_SETTINGS[k]: v for k, v in options.items() if k in S3A_SETTINGS}}
     if "session_token" in options:
         settings[prefix + "aws.credentials.provider"] = TEMPORARY_CREDENTIALS
     endpoint = options.get("endpoint_url") or options.get("endpoint")

@@ -98,20 +98,6 @@ def test_a_rerun_writes_nothing_and_overlaps_are_refused_as_with_the_delta_sink(
     assert sink.committed_version() == 2
 
 
-def test_both_delta_sinks_read_one_targets_records_alike(delta_spark, tmp_path):
-    """A target loaded by sink="delta" first and sink="delta-spark" next (the same task):
-    the second resumes after the first's commits and vice versa."""
-    source, target = str(tmp_path / "source"), str(tmp_path / "target")
-    for ids in ([0, 1], [2], [3, 4], [5]):
-        append_rows(source, ids)
-    run_job(delta_spark, spec_of(source, target, 0, 1))
-    assert [b.start_version for b in run_job(delta_spark, _delta_spark(
-        spec_of(source, target, 0, 2))).batches] == [2]
-    assert [b.start_version for b in run_job(delta_spark, spec_of(
-        source, target, 0, 3)).batches] == [3]
-    assert delta_rows(target) == delta_rows(source)
-
-
 def _delta_spark(spec):
     from dataclasses import replace
 

@@ -47,8 +47,8 @@ class DeltaSparkSink(DeltaAppendSink):
 
     def write(self, df: DataFrame | None, start_version: int, end_version: int) -> SinkWrite:
         if self._holds(start_version, end_version):
-            return SinkWrite(rows=0, sink_version=self._table().version())
-        metadata = self._log().commit_metadata(start_version, end_version)
+            return SinkWrite(rows=0, sink_version=self._target.latest().version)
+        metadata = self._target.commit_metadata(start_version, end_version)
         options = {k: v for k, v in self.spec.options.items() if k not in WRITER_OPTIONS}
         writer = (df.write.format("delta").mode("append").options(**options)
                   .option("txnAppId", self.spec.app_id).option("txnVersion", end_version)
@@ -61,14 +61,14 @@ class DeltaSparkSink(DeltaAppendSink):
             writer.save(spark_uri(self.uri))
         except Exception as error:  # Py4J and Spark Connect raise different classes
             self._raise_unless_lost_race(error, start_version, end_version)
-            return SinkWrite(rows=0, sink_version=self._table().version())
-        version, rows = self._log().own_commit(start_version, end_version)
+            return SinkWrite(rows=0, sink_version=self._target.latest().version)
+        version, rows = self._target.own_commit(start_version, end_version)
         log.info("committed batch %s..%s to %s as version %s with txn %s=%s", start_version,
                  end_version, self.uri, version, self.spec.app_id, end_version)
         return SinkWrite(rows=rows, sink_version=version)
 
     def _holds(self, start: int, end: int) -> bool:
-        if not self._log().holds_batch(start, end):
+        if not self._target.latest().holds_batch(start, end):
             return False
         log.warning("%s: source versions %s..%s are committed already (another run); "
                     "nothing written", self.uri, start, end)
