@@ -317,3 +317,18 @@ class SinkWriterOverlapError(SinkRangeOverlapError):
             table_uri=target_uri, version=start,
         )
         self.committed = [(first, last) for first, last, _, _ in committed]
+
+
+class AirflowVersionError(DeltaProviderError):
+    """A feature of a newer Airflow than the installed one (raised at DAG parse where possible)."""
+
+    def __init__(self, feature: str, needs: str, installed: str, instead: str, *,
+                 table_uri: str | None = None):
+        where = f"{table_uri}: " if table_uri else ""
+        super().__init__(
+            f"{where}{feature} needs Airflow >= {needs}, but this is Airflow {installed}. "
+            f"Upgrade Airflow, or {instead}.",
+            table_uri=table_uri,
+        )
+        self.feature = feature
+        self.needs = needs

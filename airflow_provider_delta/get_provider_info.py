@@ -16,6 +16,39 @@ CONNECTION_FORM = {
     },
 }
 
+# The delta connection's extra fields: Airflow >= 3.2 draws them from here, older ones from
+# DeltaHook.get_connection_form_widgets, which builds them from this too.
+CONN_FIELDS = {
+    "provider": {
+        "label": "Object store",
+        "description": "s3 (also S3-compatible stores), azure or gcs",
+        "schema": {
+            "type": ["string", "null"],
+            "default": "s3",
+            "enum": ["s3", "azure", "gcs"],
+        },
+    },
+    "region": {"label": "Region", "schema": {"type": ["string", "null"]}},
+    "session_token": {
+        "label": "Session token",
+        "schema": {"type": ["string", "null"], "format": "password"},
+    },
+    "allow_http": {
+        "label": "Allow plain HTTP",
+        "schema": {"type": ["boolean", "null"], "default": False},
+    },
+    "storage_options": {
+        "label": "Further object_store options",
+        "description": "JSON object of object_store keys passed through unchanged",
+        "schema": {"type": ["object", "null"]},
+    },
+    "location": {
+        "label": "Location to test",
+        "description": "A bucket, folder or table URI that the Test button lists",
+        "schema": {"type": ["string", "null"]},
+    },
+}
+
 
 def get_provider_info() -> dict:
     return {
@@ -67,36 +100,7 @@ def get_provider_info() -> dict:
                 "hook-name": "Delta Lake",
                 "connection-type": "delta",
                 "ui-field-behaviour": CONNECTION_FORM,
-                "conn-fields": {
-                    "provider": {
-                        "label": "Object store",
-                        "description": "s3 (also S3-compatible stores), azure or gcs",
-                        "schema": {
-                            "type": ["string", "null"],
-                            "default": "s3",
-                            "enum": ["s3", "azure", "gcs"],
-                        },
-                    },
-                    "region": {"label": "Region", "schema": {"type": ["string", "null"]}},
-                    "session_token": {
-                        "label": "Session token",
-                        "schema": {"type": ["string", "null"], "format": "password"},
-                    },
-                    "allow_http": {
-                        "label": "Allow plain HTTP",
-                        "schema": {"type": ["boolean", "null"], "default": False},
-                    },
-                    "storage_options": {
-                        "label": "Further object_store options",
-                        "description": "JSON object of object_store keys passed through unchanged",
-                        "schema": {"type": ["object", "null"]},
-                    },
-                    "location": {
-                        "label": "Location to test",
-                        "description": "A bucket, folder or table URI that the Test button lists",
-                        "schema": {"type": ["string", "null"]},
-                    },
-                },
+                "conn-fields": CONN_FIELDS,
             }
         ],
     }

@@ -42,7 +42,7 @@ from airflow_provider_delta.core.model import LoadStart
 from airflow_provider_delta.errors import WatermarkError
 
 if TYPE_CHECKING:
-    from airflow.sdk import Asset, Context
+    from airflow_provider_delta.compat import Asset, Context
 
 log = logging.getLogger(__name__)
 
@@ -229,7 +229,7 @@ class VariableWatermarkStore(WatermarkStore):
         )
 
     def _put(self, context: Context, value: Any) -> None:
-        from airflow.sdk import Variable
+        from airflow_provider_delta.compat import Variable
 
         Variable.set(self.variable, json.dumps(value, sort_keys=True))
         stored = self._get(context)
@@ -244,9 +244,9 @@ class VariableWatermarkStore(WatermarkStore):
 
 
 def _variable_text(name: str) -> str | None:
-    from airflow.sdk import Variable
+    from airflow_provider_delta.compat import Variable
 
-    text = Variable.get(name, default=None)
+    text = Variable.get(name, None)  # default: `default` on 3.x, `default_var` on 2.x
     return None if text == "" else text
 
 
@@ -288,7 +288,7 @@ class AssetStateWatermarkStore(WatermarkStore):
             ) from None
 
     def _asset(self) -> Asset:
-        from airflow.sdk import Asset
+        from airflow_provider_delta.compat import Asset
 
         return Asset(name=self.asset) if isinstance(self.asset, str) else self.asset
 
@@ -328,6 +328,10 @@ def validate_store_kind(kind: str, task_id: str) -> str:
         raise ValueError(
             f"{task_id}: watermark_store={kind!r} is unknown; choose one of {', '.join(STORE_KINDS)}."
         )
+    if kind == "asset_state":
+        from airflow_provider_delta.compat import ASSET_STATE, require_airflow
+
+        require_airflow(ASSET_STATE, f"give {task_id} watermark_store='xcom' or 'variable'")
     return kind
 
 

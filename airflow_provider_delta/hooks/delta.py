@@ -27,12 +27,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from airflow.providers.common.compat.sdk import mask_secret
-from airflow.sdk import BaseHook
-
+from airflow_provider_delta.compat import (
+    BaseHook,
+    aget_connection,
+    amask_secret,
+    connection_form_widgets,
+    mask_secret,
+)
 from airflow_provider_delta.credential_keys import secret_forms
 from airflow_provider_delta.errors import DeltaProviderError, TransientStorageError
-from airflow_provider_delta.get_provider_info import CONNECTION_FORM
+from airflow_provider_delta.get_provider_info import CONN_FIELDS, CONNECTION_FORM
 from airflow_provider_delta.hooks.storage_options import storage_options_from_connection
 from airflow_provider_delta.storage import ConnectionStorageOptions, holds_delta_log
 
@@ -49,8 +53,6 @@ def mask_credentials(*options: Mapping[str, Any] | None) -> None:
 
 async def amask_credentials(options: Mapping[str, Any]) -> None:
     """:func:`mask_credentials` from a trigger's event loop (never blocks it)."""
-    from airflow.sdk.log import amask_secret
-
     for secret in secret_forms(options):
         await amask_secret(secret)
 
@@ -73,8 +75,14 @@ class DeltaHook(BaseHook):
 
     @classmethod
     def get_ui_field_behaviour(cls) -> dict[str, Any]:
-        """Labels of the connection form, as listed in ``get_provider_info``."""
-        return CONNECTION_FORM
+        """Labels of the connection form, as listed in ``get_provider_info`` (the hook API
+        spells ``hidden-fields`` as ``hidden_fields``; Airflow 2 to 3.1 read it from here)."""
+        return {key.replace("-", "_"): value for key, value in CONNECTION_FORM.items()}
+
+    @classmethod
+    def get_connection_form_widgets(cls) -> dict[str, Any]:
+        """The form's extra fields where Airflow does not draw them from the provider info."""
+        return connection_form_widgets(CONN_FIELDS)
 
     def get_conn(self) -> dict[str, str]:
         """Same as :meth:`get_storage_options`."""
@@ -88,7 +96,7 @@ class DeltaHook(BaseHook):
 
     async def aget_storage_options(self) -> ConnectionStorageOptions:
         """Async twin of :meth:`get_storage_options`, for triggers (never blocks the loop)."""
-        options = storage_options_from_connection(await self.aget_connection(self.delta_conn_id))
+        options = storage_options_from_connection(await aget_connection(self.delta_conn_id))
         await amask_credentials(options)
         return options
 

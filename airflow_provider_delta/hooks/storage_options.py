@@ -19,7 +19,7 @@ from airflow_provider_delta.errors import DeltaProviderError
 from airflow_provider_delta.storage import ConnectionStorageOptions
 
 if TYPE_CHECKING:
-    from airflow.sdk import Connection
+    from airflow_provider_delta.compat import Connection
 
 # Extras of the cloud connections that object_store has no equivalent for.
 _UNSUPPORTED_EXTRAS = {
@@ -49,7 +49,7 @@ def storage_options_from_connection(conn: Connection) -> ConnectionStorageOption
 
 
 def _delta_options(conn: Connection, extra: dict[str, Any]) -> dict[str, Any]:
-    provider = str(extra.get("provider", "s3")).lower()
+    provider = str(extra.get("provider") or "s3").lower()  # a form may save it empty
     build = _DELTA_PROVIDERS.get(provider)
     if build is None:
         raise DeltaProviderError(
@@ -58,8 +58,25 @@ def _delta_options(conn: Connection, extra: dict[str, Any]) -> dict[str, Any]:
         )
     options = build(conn, extra)
     # Passed through unchanged; they win over the fields above.
-    options.update({str(k).upper(): v for k, v in extra.get("storage_options", {}).items()})
+    options.update({str(k).upper(): v for k, v in _passed_through(conn, extra).items()})
     return options
+
+
+def _passed_through(conn: Connection, extra: dict[str, Any]) -> dict[str, Any]:
+    """Extra ``storage_options``: an object, or its JSON text (Airflow 2's form has text fields)."""
+    given = extra.get("storage_options") or {}
+    if isinstance(given, str):
+        try:
+            given = json.loads(given)
+        except ValueError as err:
+            raise DeltaProviderError(
+                f"Connection {conn.conn_id!r}: extra storage_options is not JSON ({err}); give "
+                'an object of object_store keys, e.g. {"AWS_REGION": "us-east-1"}.') from None
+    if not isinstance(given, dict):
+        raise DeltaProviderError(
+            f"Connection {conn.conn_id!r}: extra storage_options must be an object of "
+            f"object_store keys, not {type(given).__name__}.")
+    return given
 
 
 def _delta_s3_options(conn: Connection, extra: dict[str, Any]) -> dict[str, Any]:

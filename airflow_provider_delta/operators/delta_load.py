@@ -25,8 +25,7 @@ from datetime import datetime
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import Asset
-
+from airflow_provider_delta.compat import asset, get_current_context
 from airflow_provider_delta.errors import MissingSparkExtraError
 
 # First: without the spark or connect extra, the imports below would fail on pyspark.
@@ -66,7 +65,7 @@ from airflow_provider_delta.watermarks import (
 )
 
 if TYPE_CHECKING:
-    from airflow.sdk import Context
+    from airflow_provider_delta.compat import Asset, Context
 
 # task_state_store key: the job folder of the last job submitted in a resumable mode.
 _JOB_DIR_KEY = "delta_job_dir"
@@ -126,7 +125,7 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
                 table_uri)
         # A templated target is known only at run time, too late to declare it an outlet.
         if target and "outlets" not in kwargs and not parameters.is_templated(target):
-            kwargs["outlets"] = [Asset(uri=to_uri(target), name=to_uri(target))]
+            kwargs["outlets"] = [asset(to_uri(target))]
         kwargs.setdefault("name", f"delta-load-{kwargs.get('task_id', 'job')}")
         super().__init__(application=driver.__file__, conn_id=conn_id, deploy_mode=deploy_mode,
                          archives=archives, **kwargs)
@@ -374,8 +373,7 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
         self._job_result = result
         freshness.record_load(self, context, result)
         if self.target:
-            asset = Asset(uri=to_uri(self.target), name=to_uri(self.target))
-            context["outlet_events"][asset].extra = {
+            context["outlet_events"][asset(to_uri(self.target))].extra = {
                 "source_table": self.table_uri, "source_start_version": result.start_version,
                 "source_end_version": result.end_version, "sink_version": result.sink_version,
             }
@@ -699,8 +697,6 @@ class DeltaTimeTravelOperator(_DeltaSparkJobOperator):
 
 def _map_index() -> int:
     """The running task instance's map index (-1: not mapped, or not running)."""
-    from airflow.sdk import get_current_context
-
     try:
         return get_current_context()["ti"].map_index
     except RuntimeError:  # outside a task run, e.g. a spec built in a test

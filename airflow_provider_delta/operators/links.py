@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from airflow.sdk import BaseOperatorLink
+from airflow_provider_delta.compat import BaseOperatorLink
 
 if TYPE_CHECKING:
-    from airflow.sdk import BaseOperator
-    from airflow.sdk.types import TaskInstanceKey
+    from airflow.providers.common.compat.sdk import BaseOperator, TaskInstanceKey
 
 
 class SparkUILink(BaseOperatorLink):

@@ -186,8 +186,7 @@ def check_connection(conn_id: str, parameter: str, conn_type: str, *, task_id: s
                      table_uri: str) -> None:
     """The connection named by ``parameter`` exists (a missing Spark connection would make
     the Spark provider fall back to YARN)."""
-    from airflow.sdk import BaseHook
-    from airflow.sdk.exceptions import AirflowNotFoundException
+    from airflow_provider_delta.compat import AirflowNotFoundException, BaseHook
 
     try:
         BaseHook.get_connection(conn_id)

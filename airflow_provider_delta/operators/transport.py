@@ -17,9 +17,8 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
-from airflow.sdk import BaseHook
-from airflow.sdk.exceptions import AirflowNotFoundException
 
+from airflow_provider_delta.compat import AirflowNotFoundException, BaseHook, mask_secret
 from airflow_provider_delta.errors import SparkConnectError
 from airflow_provider_delta.job.connect import ConnectJob
 from airflow_provider_delta.job.submit import SubmitTarget
@@ -44,8 +43,6 @@ def connect_job(conn_id: str) -> ConnectJob | None:
     if connection.conn_type != SparkConnectHook.conn_type:
         return None
     if connection.password:
-        from airflow.sdk.log import mask_secret
-
         mask_secret(connection.password)
         mask_secret(quote(connection.password))  # as it appears inside the URL
     return ConnectJob(SparkConnectHook(conn_id).get_connection_url(), conn_id,

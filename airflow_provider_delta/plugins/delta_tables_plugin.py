@@ -6,12 +6,12 @@ apps, so the plugin carries nothing and Airflow loads no page.
 
 from __future__ import annotations
 
-from airflow import __version__ as airflow_version
 from airflow.plugins_manager import AirflowPlugin
-from packaging.version import Version
+
+from airflow_provider_delta.compat import airflow_at_least
 
 URL_PREFIX = "/delta-provider"
-HAS_REACT_APPS = Version(Version(airflow_version).base_version) >= Version("3.1")
+HAS_REACT_APPS = airflow_at_least("3.1.0")
 
 
 class DeltaTablesPlugin(AirflowPlugin):

@@ -7,10 +7,14 @@ from datetime import datetime, timedelta
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
-from airflow.sdk.exceptions import AirflowSensorTimeout
-
 from airflow_provider_delta import freshness
+from airflow_provider_delta.compat import (
+    AirflowSensorTimeout,
+    BaseSensorOperator,
+    PokeReturnValue,
+    conf,
+    first_reschedule_date,
+)
 from airflow_provider_delta.core.probe import VersionProbe, VersionRange
 from airflow_provider_delta.errors import DeltaProviderError, VersionNotAvailableError
 from airflow_provider_delta.hooks.delta import DeltaHook
@@ -26,7 +30,7 @@ from airflow_provider_delta.watermarks import (
 )
 
 if TYPE_CHECKING:
-    from airflow.sdk import Asset, Context
+    from airflow_provider_delta.compat import Asset, Context
 
 
 class DeltaVersionSensor(BaseSensorOperator):
@@ -202,7 +206,7 @@ class DeltaVersionSensor(BaseSensorOperator):
 
     def _latest_when_waiting_began(self, context: Context, latest_now: int) -> int:
         if self._latest_at_first_poke is None:
-            first_poke = context["ti"].get_first_reschedule_date(context) if self.reschedule else None
+            first_poke = first_reschedule_date(context) if self.reschedule else None
             self._latest_at_first_poke = (
                 latest_now if first_poke is None else self._version_at(first_poke)
             )

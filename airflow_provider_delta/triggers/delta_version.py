@@ -38,9 +38,14 @@ from dataclasses import astuple
 from functools import partial
 from typing import Any
 
-from airflow.triggers.base import BaseEventTrigger, TriggerEvent
-
 from airflow_provider_delta import freshness
+from airflow_provider_delta.compat import (
+    ASSET_WATCHER,
+    BaseEventTrigger,
+    TriggerEvent,
+    require_airflow,
+    trigger_asset_state,
+)
 from airflow_provider_delta.core.probe import VersionProbe, VersionRange
 from airflow_provider_delta.errors import DeltaProviderError, TableNotFoundError
 from airflow_provider_delta.storage import to_uri
@@ -92,6 +97,9 @@ class DeltaVersionTrigger(BaseEventTrigger):
         max_backoff: float = 600.0,
     ):
         super().__init__()
+        if not fire_once:  # only a deferred sensor's trigger runs on Airflow 2
+            require_airflow(ASSET_WATCHER, "poll with DeltaVersionSensor (deferrable=True) on a "
+                            "schedule instead", table_uri=table_uri)
         if min_new_versions < 1:
             raise ValueError(f"{table_uri}: min_new_versions must be >= 1, got {min_new_versions}.")
         if poll_interval <= 0:
@@ -186,8 +194,9 @@ class DeltaVersionTrigger(BaseEventTrigger):
         """The event of ``found``; then a watcher's watermark moves to its end (at least once)."""
         await asyncio.to_thread(freshness.emit_range_lag, probe, found, mode, self.task_instance)
         yield TriggerEvent({"status": "success", **found, "mode": mode})
-        if not self.fire_once and self.asset_state_store is not None and not self._shared_by_assets:
-            await self.asset_state_store.aset(
+        state = trigger_asset_state(self)
+        if not self.fire_once and state is not None and not self._shared_by_assets:
+            await state.aset(
                 self.state_key, encode_watermark(found["end_version"], probe.table_id))
 
     async def _new_ranges(
@@ -316,10 +325,11 @@ class DeltaVersionTrigger(BaseEventTrigger):
 
     async def _stored_watermark(self) -> object:
         """The asset state's watermark; None without one, or when several assets share us."""
-        if self.asset_state_store is None:
+        state = trigger_asset_state(self)
+        if state is None:
             return None
         try:
-            return await self.asset_state_store.aget(self.state_key)
+            return await state.aget(self.state_key)
         except ValueError:  # the store refuses to choose among several assets
             self._shared_by_assets = True
             self.log.warning(

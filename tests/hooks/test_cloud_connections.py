@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from airflow.sdk import Connection
+from airflow.providers.common.compat.sdk import Connection
 
 from airflow_provider_delta.errors import DeltaProviderError
 from airflow_provider_delta.hooks.storage_options import storage_options_from_connection

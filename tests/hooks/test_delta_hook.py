@@ -6,7 +6,7 @@ import asyncio
 import json
 
 import pytest
-from airflow.sdk import Connection
+from airflow.providers.common.compat.sdk import Connection
 
 from airflow_provider_delta.errors import DeltaProviderError
 from airflow_provider_delta.hooks.delta import DeltaHook, storage_options_from_connection
@@ -70,7 +70,7 @@ def test_unknown_provider_is_refused_with_the_choices():
 
 @pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
 def test_hook_masks_secrets_in_logs(monkeypatch, use_async):
-    from airflow.sdk._shared.secrets_masker import redact
+    from airflow.providers.common.compat.sdk import redact
 
     secret, token = f"very-secret-{use_async}-123", f"tok-{use_async}-456789"
     key_id, region = f"AKIA-{use_async}-masked", f"region-{use_async}-visible"

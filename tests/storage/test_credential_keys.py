@@ -63,7 +63,7 @@ def test_one_rule_decides_for_errors_command_lines_the_masker_and_the_spark_ui(
 
 
 def test_a_registered_credential_is_masked_whatever_its_name():
-    from airflow.sdk._shared.secrets_masker import redact
+    from airflow.providers.common.compat.sdk import redact
 
     from airflow_provider_delta.hooks.delta import mask_credentials
 
