@@ -71,7 +71,7 @@ build_wheel() {
         "$python" -m pip install -q --disable-pip-version-check uv
     fi
     "$python" -m uv build -q --wheel --out-dir "$1" . >&2
-    ls "$1"/airflow_provider_delta-*.whl
+    realpath "$1"/airflow_provider_delta-*.whl
 }
 
 case "${1:-}" in
