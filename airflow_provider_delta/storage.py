@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import logging
 import os
+import posixpath
 import re
 import shutil
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
+from urllib.parse import unquote
 
 import obstore
 from obstore.store import ObjectStore, from_url
@@ -94,6 +96,25 @@ def to_uri(path_or_uri: str) -> str:
     return "file://" + path.rstrip("/") if path is not None else path_or_uri.rstrip("/")
 
 
+def store_uri(path_or_uri: str) -> str:
+    """The URI obstore knows a location by: :func:`to_uri`, Spark's ``s3a://`` and ``s3n://``
+    as ``s3://``."""
+    scheme, sep, rest = to_uri(path_or_uri).partition("://")
+    return f"{_HADOOP_S3_SCHEMES.get(scheme.lower(), scheme)}{sep}{rest}"
+
+
+def normalised_location(path_or_uri: str) -> str:
+    """One spelling per location, to tell whether two names are one place: the store's URI
+    with a lower-case scheme, ``..`` and ``%``-escapes resolved, and symbolic links of local
+    paths followed."""
+    scheme, _, rest = store_uri(path_or_uri).partition("://")
+    authority, _, path = rest.partition("/")
+    path = posixpath.normpath("/" + unquote(path))
+    if scheme.lower() == "file":
+        path = os.path.realpath(path)
+    return f"{scheme.lower()}://{authority}{path}".rstrip("/")
+
+
 def spark_uri(path_or_uri: str) -> str:
     """The URI Spark's Hadoop file systems understand (``s3://`` is served by ``s3a://``)."""
     uri = to_uri(path_or_uri)
@@ -129,14 +150,12 @@ def open_store(path_or_uri: str, storage_options: StorageOptions = None,
     A URI or option obstore refuses is a StorageLocationError of ``table_uri`` (default: the
     URI itself): no request was made, so nothing else can be wrong.
     """
-    uri = to_uri(path_or_uri)
-    scheme, _, rest = uri.partition("://")
+    uri = store_uri(path_or_uri)
     config, client = split_storage_options(storage_options)
     try:
-        if scheme == "file":
+        if uri.startswith("file://"):
             return from_url(uri + "/", mkdir=True)
-        return from_url(f"{_HADOOP_S3_SCHEMES.get(scheme, scheme)}://{rest}/",
-                        config=config or None, client_options=client or None)
+        return from_url(uri + "/", config=config or None, client_options=client or None)
     except STORE_ERRORS as exc:
         raise StorageLocationError(table_uri or path_or_uri, short_message(exc)) from exc
 

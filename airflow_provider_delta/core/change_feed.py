@@ -44,6 +44,11 @@ from airflow_provider_delta.core.versions import CommitTimes, commit_entries, ne
 from airflow_provider_delta.errors import VersionNotAvailableError
 
 CHANGE_DATA_FEED_KEY = "delta.enableChangeDataFeed"
+# The columns a change feed's rows carry after the data columns, as Delta's CDF reader names them.
+CHANGE_TYPE = "_change_type"
+COMMIT_VERSION = "_commit_version"
+COMMIT_TIMESTAMP = "_commit_timestamp"
+FEED_COLUMNS = (CHANGE_TYPE, COMMIT_VERSION, COMMIT_TIMESTAMP)
 # Delta's CDF reader skips MERGE commits without cdc files whose metrics report none of these.
 _MERGE_CHANGE_METRICS = ("numTargetRowsInserted", "numTargetRowsUpdated", "numTargetRowsDeleted")
 _FEED_ACTIONS = ("add", "remove", "cdc")

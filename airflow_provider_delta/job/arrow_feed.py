@@ -26,7 +26,7 @@ from deltalake import Schema
 
 from airflow_provider_delta.core.change_feed import CDC, DELETE, INSERT, ChangeFeedPlan
 from airflow_provider_delta.errors import MissingDataFileError
-from airflow_provider_delta.job.sinks.delta_merge import CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION
+from airflow_provider_delta.core.change_feed import CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION
 from airflow_provider_delta.storage import read_range
 
 MAX_BYTES = 256 * 2**20

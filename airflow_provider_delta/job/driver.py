@@ -24,12 +24,12 @@ from airflow_provider_delta.core import (
     ChangeFeedPlan, commit_timestamp, plan_change_feed, plan_changes, plan_snapshot,
     split_batches, split_feed,
 )
+from airflow_provider_delta.core.change_feed import FEED_COLUMNS
 from airflow_provider_delta.core.model import Plan
 from airflow_provider_delta.errors import InvalidParameterError
 from airflow_provider_delta.job.arrow_feed import read_feed_on_driver
 from airflow_provider_delta.job.sinks import DeltaMergeSink, Sink, make_sink
-from airflow_provider_delta.job.sinks.delta_merge import FEED_COLUMNS
-from airflow_provider_delta.job.spec import BatchResult, JobResult, JobSpec
+from airflow_provider_delta.job.spec import BatchResult, JobResult, JobSpec, SinkKind
 from airflow_provider_delta.job.credentials import spark_conf_from, with_credentials_from
 from airflow_provider_delta.spark import read_plan
 from airflow_provider_delta.spark.change_feed import read_feed, snapshot_as_inserts
@@ -182,7 +182,7 @@ def transform(spark: SparkSession, df: DataFrame, spec: JobSpec,
         return spark.sql(spec.sql)
     if spec.transform:
         out = load_callable(spec.transform)(spark, df, context)
-        if out is None and spec.sink.kind != "none":
+        if out is None and spec.sink.kind != SinkKind.NONE:
             raise InvalidParameterError(
                 spec.context.get("task_id"), "transform", spec.transform,
                 f"returned None for versions {context['start_version']}..{context['end_version']}",

@@ -10,11 +10,29 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from airflow_provider_delta.core.model import LoadStart
 
-SINK_KINDS = ("delta", "delta-merge", "format", "none")
+
+class SinkKind(StrEnum):
+    """What the driver does with the rows (:attr:`SinkSpec.kind`)."""
+
+    DELTA = "delta"
+    DELTA_MERGE = "delta-merge"
+    FORMAT = "format"
+    NONE = "none"
+
+
+# The operators' ``sink`` names that are Delta sinks; any other name is a Spark format.
+DELTA_SINK_NAMES = {"delta": SinkKind.DELTA, "delta-spark": SinkKind.DELTA,
+                    "delta-merge": SinkKind.DELTA_MERGE}
+
+
+def sink_kind(sink: str | None) -> SinkKind:
+    """The kind of the operators' ``sink`` parameter (None: the transform writes by itself)."""
+    return SinkKind.NONE if sink is None else DELTA_SINK_NAMES.get(sink, SinkKind.FORMAT)
 
 
 @dataclass(frozen=True)
@@ -27,7 +45,7 @@ class SinkSpec:
     or ``"none"`` (the transform writes by itself).
     """
 
-    kind: str = "none"
+    kind: SinkKind = SinkKind.NONE
     path: str | None = None
     format: str = "parquet"
     partition_by: tuple[str, ...] = ()
@@ -45,11 +63,12 @@ class SinkSpec:
     allow_overlapping_writers: bool = False
 
     def __post_init__(self) -> None:
-        if self.kind not in SINK_KINDS:
-            raise ValueError(f"sink kind {self.kind!r} is not one of {', '.join(SINK_KINDS)}")
-        if self.kind != "none" and not self.path:
-            raise ValueError(f"a {self.kind!r} sink needs a path")
-        if (self.kind == "delta-merge") != bool(self.merge_keys):
+        if self.kind not in set(SinkKind):
+            raise ValueError(f"sink kind {self.kind!r} is not one of {', '.join(SinkKind)}")
+        object.__setattr__(self, "kind", SinkKind(self.kind))
+        if self.kind != SinkKind.NONE and not self.path:
+            raise ValueError(f"a '{self.kind}' sink needs a path")
+        if (self.kind == SinkKind.DELTA_MERGE) != bool(self.merge_keys):
             raise ValueError("merge_keys go with a delta-merge sink, and it needs them")
         object.__setattr__(self, "partition_by", tuple(self.partition_by))
         object.__setattr__(self, "merge_keys", tuple(self.merge_keys))
@@ -93,7 +112,7 @@ class JobSpec:
     def covered_range(self) -> tuple[int, int | None]:
         """The source versions the job writes. In a Delta sink a snapshot covers every version
         up to its own (its commit records ``0..v``); a format sink's folder is named ``v-v``."""
-        if self.mode == "snapshot" and self.sink.kind == "delta":
+        if self.mode == "snapshot" and self.sink.kind == SinkKind.DELTA:
             return 0, self.end_version
         return self.start.version, self.end_version
 

@@ -42,8 +42,9 @@ from airflow_provider_delta.hooks.delta import DeltaHook, mask_credentials
 from airflow_provider_delta.job import driver
 from airflow_provider_delta.job.connect import ConnectJob
 from airflow_provider_delta.job.sinks import make_sink
-from airflow_provider_delta.job.sinks.targets import normalised_location
-from airflow_provider_delta.job.spec import JobResult, JobSpec, SinkSpec, stable_app_id
+from airflow_provider_delta.job.spec import (
+    JobResult, JobSpec, SinkKind, SinkSpec, sink_kind, stable_app_id,
+)
 from airflow_provider_delta.credential_keys import with_redaction
 from airflow_provider_delta.job.submit import JobFolder, SubmitTarget, driver_env, job_folder_name
 from airflow_provider_delta.operators import load_range, parameters
@@ -54,7 +55,7 @@ from airflow_provider_delta.operators.transport import (
     resolve_submit_target,
 )
 from airflow_provider_delta.spark.reader import check_files_exist
-from airflow_provider_delta.storage import to_uri
+from airflow_provider_delta.storage import normalised_location, to_uri
 from airflow_provider_delta.watermarks import (
     Initial,
     WatermarkStore,
@@ -188,13 +189,13 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
         source and target; unmapped tasks also name the appId of older versions (DAG, task
         and target) so that targets they wrote resume where they stopped."""
         if self.sink is None:
-            return SinkSpec(kind="none")
-        kinds = {"delta": "delta", "delta-spark": "delta", "delta-merge": "delta-merge"}
-        kind = kinds.get(self.sink, "format")
+            return SinkSpec(kind=SinkKind.NONE)
+        kind = sink_kind(self.sink)
         map_index = _map_index()
         target, source = normalised_location(self.target), normalised_location(self.table_uri)
         return SinkSpec(
-            kind=kind, path=self.target, format=self.sink if kind == "format" else "parquet",
+            kind=kind, path=self.target,
+            format=self.sink if kind == SinkKind.FORMAT else "parquet",
             merge_keys=self.merge_keys,
             partition_by=self.partition_by, options=self.sink_options,
             app_id=stable_app_id(self.dag_id, self.task_id, target, source, map_index),

@@ -14,8 +14,9 @@ import re
 from collections.abc import Mapping, Sequence
 
 from airflow_provider_delta.errors import InvalidParameterError
+from airflow_provider_delta.job.spec import DELTA_SINK_NAMES
 
-DELTA_SINKS = ("delta", "delta-spark", "delta-merge")
+DELTA_SINKS = tuple(DELTA_SINK_NAMES)
 # The data sources Spark knows by short name without a package of the user's choosing.
 SPARK_FORMATS = ("parquet", "orc", "json", "csv", "text", "avro", "xml")
 _VERSION = re.compile(r"\s*-?\d+\s*")

@@ -29,7 +29,8 @@ from pyspark.sql.types import ArrayType, DataType, MapType, StructType, VariantT
 
 from airflow_provider_delta.core import plan_change_feed
 from airflow_provider_delta.core.change_feed import (
-    CDC, DELETE, INSERT, VECTOR, ChangeFeedPlan, CommitChanges,
+    CDC, CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION, DELETE, FEED_COLUMNS, INSERT, VECTOR,
+    ChangeFeedPlan, CommitChanges,
 )
 from airflow_provider_delta.core.file_table import PLAN_COLUMNS
 from airflow_provider_delta.core.model import DeletionVectorDescriptor, Plan, TableMetadata
@@ -39,15 +40,12 @@ from airflow_provider_delta.spark.handoff import select_sql
 from airflow_provider_delta.spark.reader import read_plan
 from airflow_provider_delta.spark.schema import logical_schema, quoted
 
-CHANGE_TYPE = "_change_type"
-COMMIT_VERSION = "_commit_version"
-COMMIT_TIMESTAMP = "_commit_timestamp"
 _CDF_FIELDS = (
     {"name": CHANGE_TYPE, "type": "string", "nullable": True, "metadata": {}},
     {"name": COMMIT_VERSION, "type": "long", "nullable": True, "metadata": {}},
     {"name": COMMIT_TIMESTAMP, "type": "timestamp", "nullable": True, "metadata": {}},
 )
-_TAGS = (CHANGE_TYPE, COMMIT_VERSION, COMMIT_TIMESTAMP)  # per-file columns beside partitions
+_TAGS = FEED_COLUMNS  # per-file columns beside partitions
 _BALANCE = "__delta_provider_balance"
 _KEY = "__delta_provider_comparable_"
 

@@ -15,9 +15,9 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, MapType, StructField, StructType
 
+from airflow_provider_delta.core.actions import physical_name
 from airflow_provider_delta.core.model import TableMetadata
 
-PHYSICAL_NAME_KEY = "delta.columnMapping.physicalName"
 FIELD_ID_KEY = "delta.columnMapping.id"
 PARQUET_FIELD_ID_KEY = "parquet.field.id"  # what Spark's Parquet reader matches ids by
 
@@ -58,13 +58,6 @@ def physical_read_schema(metadata: TableMetadata) -> StructType:
     )
 
 
-def physical_name(field: StructField, mode: str) -> str:
-    """The name a field has inside the Parquet files."""
-    if mode == "none":
-        return field.name
-    return field.metadata.get(PHYSICAL_NAME_KEY, field.name)
-
-
 def to_logical_columns(metadata: TableMetadata) -> dict[str, Column]:
     """Expressions that turn scanned physical data columns into logical ones, keyed by name.
 
@@ -76,7 +69,7 @@ def to_logical_columns(metadata: TableMetadata) -> dict[str, Column]:
     for logical, table_field in zip(
         data_schema(metadata).fields, _data_fields(metadata), strict=True
     ):
-        source = physical[physical_name(table_field, mode)]
+        source = physical[physical_name(table_field.jsonValue(), mode)]
         column = F.col(quoted(source.name))
         if source.dataType.simpleString() != logical.dataType.simpleString():
             column = column.cast(logical.dataType)
@@ -136,7 +129,8 @@ def _physical_field(field: StructField, mode: str) -> StructField:
     if mode == "id" and FIELD_ID_KEY in field.metadata:
         metadata[PARQUET_FIELD_ID_KEY] = int(field.metadata[FIELD_ID_KEY])
     return StructField(
-        physical_name(field, mode), _physical_type(field.dataType, mode), True, metadata
+        physical_name(field.jsonValue(), mode), _physical_type(field.dataType, mode), True,
+        metadata
     )
 
 

@@ -205,7 +205,7 @@ def test_loads_from_the_watermark_run_one_at_a_time_by_default(register_dag, tmp
 
 
 def _app_id(source, target):
-    from airflow_provider_delta.job.sinks.targets import normalised_location
+    from airflow_provider_delta.storage import normalised_location
     from airflow_provider_delta.job.spec import stable_app_id
 
     return stable_app_id("faulty_load", "load", normalised_location(target),

@@ -11,7 +11,8 @@ import pytest
 from airflow.sdk import DAG
 from deltalake import DeltaTable
 
-from airflow_provider_delta.job.sinks.targets import STAGING_FOLDER, normalised_location
+from airflow_provider_delta.job.sinks.targets import STAGING_FOLDER
+from airflow_provider_delta.storage import normalised_location
 from airflow_provider_delta.job.spec import stable_app_id
 from airflow_provider_delta.operators import DeltaIncrementalOperator
 

@@ -16,7 +16,7 @@ from airflow_provider_delta.job.sinks.delta_append import DeltaAppendSink
 from airflow_provider_delta.job.sinks.delta_merge import DeltaMergeSink
 from airflow_provider_delta.job.sinks.delta_spark import DeltaSparkSink
 from airflow_provider_delta.job.sinks.format import FormatSink, NoSink
-from airflow_provider_delta.job.spec import SinkSpec
+from airflow_provider_delta.job.spec import SinkKind, SinkSpec
 
 __all__ = ["DeltaAppendSink", "DeltaMergeSink", "DeltaSparkSink", "FormatSink", "NoSink", "Sink",
            "SinkWrite", "make_sink"]
@@ -24,8 +24,9 @@ __all__ = ["DeltaAppendSink", "DeltaMergeSink", "DeltaSparkSink", "FormatSink", 
 
 def make_sink(spec: SinkSpec) -> Sink:
     """The sink a :class:`SinkSpec` describes."""
-    kinds: dict[str, type[Sink]] = {
-        "delta": DeltaAppendSink, "delta-merge": DeltaMergeSink, "format": FormatSink,
+    kinds: dict[SinkKind, type[Sink]] = {
+        SinkKind.DELTA: DeltaAppendSink, SinkKind.DELTA_MERGE: DeltaMergeSink,
+        SinkKind.FORMAT: FormatSink,
     }
     if spec.kind == "delta" and spec.use_delta_spark:
         return DeltaSparkSink(spec)

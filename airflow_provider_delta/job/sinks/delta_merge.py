@@ -26,6 +26,7 @@ from deltalake import DeltaTable, Schema, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.transaction import CommitProperties, PostCommitHookProperties
 
+from airflow_provider_delta.core.change_feed import CHANGE_TYPE, COMMIT_VERSION, FEED_COLUMNS
 from airflow_provider_delta.errors import MergeInputError
 from airflow_provider_delta.job.sinks.base import Sink, SinkWrite
 from airflow_provider_delta.job.sinks.delta_schema import add_new_columns, check_rows, check_schema
@@ -41,8 +42,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-CHANGE_TYPE, COMMIT_VERSION, COMMIT_TIMESTAMP = "_change_type", "_commit_version", "_commit_timestamp"
-FEED_COLUMNS = (CHANGE_TYPE, COMMIT_VERSION, COMMIT_TIMESTAMP)
 # Inside one commit: old images first, new images last (the row's state after the commit).
 _ORDER_IN_COMMIT = ("update_preimage", "delete", "insert", "update_postimage")
 _FIRST_NEW_IMAGE = _ORDER_IN_COMMIT.index("insert")

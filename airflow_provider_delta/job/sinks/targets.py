@@ -4,31 +4,19 @@ files that is no Delta table."""
 from __future__ import annotations
 
 import os
-import posixpath
 from collections.abc import Callable
-from urllib.parse import unquote
 
 import obstore
 from obstore.exceptions import NotFoundError
 
 from airflow_provider_delta.errors import SinkTargetError
-from airflow_provider_delta.storage import list_files, open_store, split_uri, to_uri
+from airflow_provider_delta.storage import (
+    list_files, normalised_location, open_store, split_uri, to_uri,
+)
 
 # Where the delta sink stages a batch's files inside its target before committing them.
 STAGING_FOLDER = "airflow_staging"
 SOURCE_AS_TARGET_FIX = "Give a target path other than the source table's."
-
-
-def normalised_location(path_or_uri: str) -> str:
-    """One spelling per location: plain path or ``file://``, ``..``, a trailing ``/``,
-    ``%``-escapes, symbolic links (local paths), ``s3a://`` for ``s3://``."""
-    scheme, _, rest = to_uri(path_or_uri).partition("://")
-    scheme = "s3" if scheme.lower() in ("s3a", "s3n") else scheme.lower()
-    authority, _, path = rest.partition("/")
-    path = posixpath.normpath("/" + unquote(path))
-    if scheme == "file":
-        path = os.path.realpath(path)
-    return f"{scheme}://{authority}{path}".rstrip("/")
 
 
 def refuse_source_as_target(source_uri: str, target: str) -> None:
