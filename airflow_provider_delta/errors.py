@@ -72,13 +72,14 @@ class InvalidLogError(DeltaProviderError):
     """The log is not a valid Delta log (no protocol or metadata, a missing sidecar, ...)."""
 
     def __init__(self, table_uri: str, version: int | None, detail: str):
+        super().__init__(self._message(table_uri, version, detail), table_uri=table_uri,
+                         version=version)
+
+    def _message(self, table_uri: str, version: int | None, detail: str) -> str:
         at = f" at version {version}" if version is not None else ""
-        super().__init__(
-            f"{table_uri}: the transaction log cannot be read{at}: {detail}. The log is damaged "
-            "or was not written by a Delta writer; repair it or read a version where it is valid.",
-            table_uri=table_uri,
-            version=version,
-        )
+        return (f"{table_uri}: the transaction log cannot be read{at}: {detail}. The log is "
+                "damaged or was not written by a Delta writer; repair it or read a version "
+                "where it is valid.")
 
 
 class UnsupportedFeatureError(DeltaProviderError):
@@ -174,16 +175,15 @@ class DamagedLogFileError(InvalidLogError):
     truncated or empty checkpoint, a ``_last_checkpoint`` naming a checkpoint that is gone."""
 
     def __init__(self, table_uri: str, version: int, file_name: str, damage: str, remedy: str = ""):
-        DeltaProviderError.__init__(
-            self,
-            f"{table_uri}: _delta_log/{file_name} (version {version}) is damaged: {damage}. "
-            + (remedy or "Restore the file from a backup or from the writer; versions that need "
-               "it cannot be read until then."),
-            table_uri=table_uri,
-            version=version,
-        )
         self.file_name = file_name
         self.damage = damage
+        self.remedy = remedy
+        super().__init__(table_uri, version, damage)
+
+    def _message(self, table_uri: str, version: int | None, detail: str) -> str:
+        return (f"{table_uri}: _delta_log/{self.file_name} (version {version}) is damaged: "
+                f"{detail}. " + (self.remedy or "Restore the file from a backup or from the "
+                                 "writer; versions that need it cannot be read until then."))
 
 
 class StorageAccessError(DeltaProviderError):
@@ -211,12 +211,15 @@ class StorageLocationError(DeltaProviderError):
 
 
 class InvalidParameterError(DeltaProviderError, ValueError):
-    """An operator parameter that cannot work, refused before any Spark job is submitted."""
+    """A parameter that cannot work: an operator's, sensor's or trigger's, refused before any
+    Spark job is submitted, or an argument of the core's and the Spark layer's functions
+    (``task_id`` None). A ``ValueError`` too, so that code catching those keeps working."""
 
     def __init__(self, task_id: str | None, parameter: str, value: object, problem: str,
                  fix: str, table_uri: str | None = None):
+        task = f"{task_id}: " if task_id is not None else ""
         table = f"{table_uri}: " if table_uri else ""
-        super().__init__(f"{task_id}: {table}{parameter}={value!r} {problem}; {fix}",
+        super().__init__(f"{task}{table}{parameter}={value!r} {problem}; {fix}",
                          table_uri=table_uri)
         self.parameter = parameter
 
@@ -250,18 +253,20 @@ class SinkRangeOverlapError(DeltaProviderError):
     (other than a prefix a re-run resumes after): loading it would duplicate rows."""
 
     def __init__(self, target_uri: str, start: int, end: int | None,
-                 committed: list[tuple[int, int]]):
-        shown = ", ".join(f"{first}..{last}" for first, last in committed)
-        after = max(last for _, last in committed) + 1
+                 committed: list[tuple[int, ...]]):
         requested = f"{start}..{'latest' if end is None else end}"
-        super().__init__(
-            f"{target_uri}: source versions {requested} overlap the ranges this task already "
-            f"committed there ({shown}); nothing was written, as loading them again would "
-            f"duplicate rows. Load a range that starts after them (start_version={after}), "
-            "or write this range to a new target.",
-            table_uri=target_uri, version=start,
-        )
-        self.committed = committed
+        after = max(c[1] for c in committed) + 1
+        super().__init__(self._message(target_uri, requested, committed, after),
+                         table_uri=target_uri, version=start)
+        self.committed = [(c[0], c[1]) for c in committed]
+
+    def _message(self, target_uri: str, requested: str, committed: list[tuple[int, ...]],
+                 after: int) -> str:
+        shown = ", ".join(f"{first}..{last}" for first, last in committed)
+        return (f"{target_uri}: source versions {requested} overlap the ranges this task "
+                f"already committed there ({shown}); nothing was written, as loading them again "
+                f"would duplicate rows. Load a range that starts after them "
+                f"(start_version={after}), or write this range to a new target.")
 
 
 class SparkConnectError(DeltaProviderError):
@@ -302,21 +307,35 @@ class SinkWriterOverlapError(SinkRangeOverlapError):
 
     def __init__(self, target_uri: str, source_uri: str, start: int, end: int | None,
                  committed: list[tuple[int, int, str, int]]):
+        self.source_uri = source_uri
+        super().__init__(target_uri, start, end, committed)
+
+    def _message(self, target_uri: str, requested: str, committed: list[tuple[int, ...]],
+                 after: int) -> str:
         shown = ", ".join(f"{first}..{last} by appId {app_id} (target version {version})"
                           for first, last, app_id, version in committed)
-        after = max(last for _, last, _, _ in committed) + 1
-        requested = f"{start}..{'latest' if end is None else end}"
-        DeltaProviderError.__init__(
-            self,
-            f"{target_uri}: source versions {requested} of {source_uri} overlap what another "
-            f"task committed there ({shown}); nothing was written, as loading them again would "
-            f"duplicate rows. Load a range outside them (e.g. start_version={after}, or move "
-            "this task's watermark past them), write to a new target, or set "
-            "allow_overlapping_writers=True on every task writing this target if each writes "
-            "different rows (e.g. filtered subsets).",
+        return (f"{target_uri}: source versions {requested} of {self.source_uri} overlap what "
+                f"another task committed there ({shown}); nothing was written, as loading them "
+                f"again would duplicate rows. Load a range outside them (e.g. "
+                f"start_version={after}, or move this task's watermark past them), write to a "
+                "new target, or set allow_overlapping_writers=True on every task writing this "
+                "target if each writes different rows (e.g. filtered subsets).")
+
+
+class SinkCommitConflictError(DeltaProviderError):
+    """Every commit attempt of a batch lost to other writers committing to the same target:
+    a retry of the task resumes after what the target holds by then."""
+
+    permanent = False
+
+    def __init__(self, target_uri: str, start: int, end: int, attempts: int):
+        super().__init__(
+            f"{target_uri}: {attempts} commits of source versions {start}..{end} lost to "
+            "concurrent writers; nothing of this batch was committed. The task's retry loads it "
+            "again; if other jobs keep committing to this target, give this load a target of "
+            "its own or run the writers one after the other.",
             table_uri=target_uri, version=start,
         )
-        self.committed = [(first, last) for first, last, _, _ in committed]
 
 
 class AirflowVersionError(DeltaProviderError):

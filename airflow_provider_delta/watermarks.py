@@ -39,7 +39,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Union
 
 from airflow_provider_delta.core.model import LoadStart
-from airflow_provider_delta.errors import WatermarkError
+from airflow_provider_delta.errors import InvalidParameterError, WatermarkError
 
 if TYPE_CHECKING:
     from airflow_provider_delta.compat import Asset, Context
@@ -325,9 +325,8 @@ def make_watermark_store(
 def validate_store_kind(kind: str, task_id: str) -> str:
     """Check a ``watermark_store`` name when the DAG is parsed."""
     if kind not in STORE_KINDS:
-        raise ValueError(
-            f"{task_id}: watermark_store={kind!r} is unknown; choose one of {', '.join(STORE_KINDS)}."
-        )
+        raise InvalidParameterError(task_id, "watermark_store", kind, "is unknown",
+                                    f"choose one of {', '.join(STORE_KINDS)}")
     if kind == "asset_state":
         from airflow_provider_delta.compat import ASSET_STATE, require_airflow
 

@@ -126,14 +126,14 @@ def plan_change_feed(table_uri: str, start_version: int, end_version: int | None
     """The files carrying the row changes of versions ``start..end`` (inclusive).
 
     ``end_version`` None or past the latest version means the latest. A start after the latest
-    version raises VersionNotAvailableError, a start after the end ValueError. The feed has the
-    end version's schema where column mapping is on at the start, the end or the latest
-    version, else the latest schema (Delta's CDF rule, :func:`feed_has_end_schema`); every
+    version raises VersionNotAvailableError, a start after the end InvalidParameterError. The
+    feed has the end version's schema where column mapping is on at the start, the end or the
+    latest version, else the latest schema (Delta's CDF rule, :func:`feed_has_end_schema`); every
     schema in force from the start up to that one must be an additive extension of the one
     before (else SchemaChangeError). Versions with CDF off are derived from their adds and
     removes (Delta refuses them; we can read them exactly).
     """
-    _check_range(start_version, end_version)
+    _check_range(table_uri, start_version, end_version)
     location = TableLocation(table_uri, storage_options)
     latest = newest_version(location, since=start_version)
     if start_version > latest:

@@ -22,8 +22,10 @@ from airflow_provider_delta.core.replay import (
     read_commits, replay,
 )
 from airflow_provider_delta.core.delta_log import TableLocation
-from airflow_provider_delta.core.versions import newest_version
-from airflow_provider_delta.errors import DataChangeError, LogGapError, VersionNotAvailableError
+from airflow_provider_delta.core.versions import check_version_number, newest_version
+from airflow_provider_delta.errors import (
+    DataChangeError, InvalidParameterError, LogGapError, VersionNotAvailableError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +51,7 @@ def plan_changes(table_uri: str, start_version: int, end_version: int | None = N
     UnsupportedFeatureError, non-additive schema changes SchemaChangeError, missing commits
     LogGapError.
     """
-    _check_range(start_version, end_version)
+    _check_range(table_uri, start_version, end_version)
     location = TableLocation(table_uri, storage_options)
     state = _start_state(location, start_version)
     if end_version is None:
@@ -177,7 +179,8 @@ def split_batches(plan: Plan, *, max_files: int | None = None,
     """
     for name, limit in (("max_files", max_files), ("max_bytes", max_bytes)):
         if limit is not None and limit < 1:
-            raise ValueError(f"{name} must be at least 1, got {limit}")
+            raise InvalidParameterError(None, name, limit, "is below 1",
+                                        "give 1 or more, or None for no limit", plan.table_uri)
     versions = to_numpy(plan.file_table.column("version"))
     # per commit with files: its version, its first file and its last file
     firsts = np.flatnonzero(np.diff(versions, prepend=-1) != 0)
@@ -213,12 +216,12 @@ def _sub_plan(plan: Plan, start: int, end: int, files: pa.Table) -> Plan:
                    metadata_changes=changes)
 
 
-def _check_range(start_version: int, end_version: int | None) -> None:
-    if not isinstance(start_version, int) or start_version < 0:
-        raise ValueError(f"start_version must be a version number >= 0, got {start_version!r}")
+def _check_range(table_uri: str, start_version: int, end_version: int | None) -> None:
+    check_version_number(table_uri, "start_version", start_version)
     if end_version is not None and (not isinstance(end_version, int) or end_version < start_version):
-        raise ValueError(
-            f"end_version must be >= start_version ({start_version}), got {end_version!r}")
+        raise InvalidParameterError(
+            None, "end_version", end_version, f"is before start_version={start_version}",
+            "end_version must be >= start_version, or None for the latest version", table_uri)
 
 
 def _apply_table_changes(location: TableLocation, version: int, actions: list[dict[str, Any]],

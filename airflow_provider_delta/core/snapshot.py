@@ -12,7 +12,10 @@ from airflow_provider_delta.core.model import Plan
 from airflow_provider_delta.core.protocol import check_protocol
 from airflow_provider_delta.core.replay import replay
 from airflow_provider_delta.core.delta_log import TableLocation
-from airflow_provider_delta.core.versions import newest_version, version_at
+from airflow_provider_delta.core.versions import (
+    check_version_number, newest_version, version_at,
+)
+from airflow_provider_delta.errors import InvalidParameterError
 
 log = logging.getLogger(__name__)
 
@@ -27,9 +30,11 @@ def plan_snapshot(table_uri: str, *, version: int | None = None,
     their deletion vectors; ``start_version == end_version`` is the snapshot's version.
     """
     if version is not None and timestamp is not None:
-        raise ValueError("give version or timestamp, not both")
-    if version is not None and (not isinstance(version, int) or version < 0):
-        raise ValueError(f"version must be a version number >= 0, got {version!r}")
+        raise InvalidParameterError(None, "timestamp", timestamp,
+                                    f"is given with version={version}",
+                                    "give version or timestamp, not both", table_uri)
+    if version is not None:
+        check_version_number(table_uri, "version", version)
     location = TableLocation(table_uri, storage_options)
     if timestamp is not None:
         version = version_at(table_uri, timestamp, storage_options=storage_options)

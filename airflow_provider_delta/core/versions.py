@@ -11,10 +11,18 @@ from airflow_provider_delta.core.protocol import check_protocol
 from airflow_provider_delta.core.replay import earliest_recreatable, read_commit, replay
 from airflow_provider_delta.core.delta_log import LogEntry, TableLocation
 from airflow_provider_delta.errors import (
-    InvalidLogError, LogGapError, TableNotFoundError, VersionNotAvailableError,
+    InvalidLogError, InvalidParameterError, LogGapError, TableNotFoundError,
+    VersionNotAvailableError,
 )
 
 log = logging.getLogger(__name__)
+
+
+def check_version_number(table_uri: str, parameter: str, version: object) -> None:
+    """Refuse a ``version`` argument that is no table version number."""
+    if not isinstance(version, int) or version < 0:
+        raise InvalidParameterError(None, parameter, version, "is not a version number >= 0",
+                                    "give a version of the table (0 is its first)", table_uri)
 
 
 def latest_version(table_uri: str, *, since: int | None = None,
@@ -113,7 +121,7 @@ def version_at(table_uri: str, timestamp: dt.datetime | str, *,
     VersionNotAvailableError naming the window.
     """
     location = TableLocation(table_uri, storage_options)
-    wanted_us = _epoch_micros(timestamp)
+    wanted_us = _epoch_micros(table_uri, timestamp)
     listing = location.list_log(with_mtime=True)
     entries = [e for e in listing if e.is_commit]
     if not entries:
@@ -214,13 +222,14 @@ def _in_commit_timestamp(location: TableLocation, version: int) -> int:
     return found
 
 
-def _epoch_micros(timestamp: dt.datetime | str) -> int:
+def _epoch_micros(table_uri: str, timestamp: dt.datetime | str) -> int:
     if isinstance(timestamp, str):
         try:
             timestamp = parse_datetime(timestamp)
         except ValueError as exc:
-            raise ValueError(f"timestamp {timestamp!r} is not ISO-8601, e.g. "
-                             "'2024-05-01T12:00:00Z' or '2024-05-01 12:00:00'") from exc
+            raise InvalidParameterError(
+                None, "timestamp", timestamp, "is not ISO-8601",
+                "give e.g. '2024-05-01T12:00:00Z' or '2024-05-01 12:00:00'", table_uri) from exc
     if not isinstance(timestamp, dt.datetime):
         raise TypeError(f"timestamp must be a datetime or an ISO-8601 string, not {timestamp!r}")
     if timestamp.tzinfo is None:

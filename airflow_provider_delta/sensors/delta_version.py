@@ -16,9 +16,11 @@ from airflow_provider_delta.compat import (
     first_reschedule_date,
 )
 from airflow_provider_delta.core.probe import VersionProbe, VersionRange
-from airflow_provider_delta.errors import DeltaProviderError, VersionNotAvailableError
+from airflow_provider_delta.errors import (
+    DeltaProviderError, InvalidParameterError, VersionNotAvailableError,
+)
 from airflow_provider_delta.hooks.delta import DeltaHook
-from airflow_provider_delta.triggers.delta_version import DeltaVersionTrigger
+from airflow_provider_delta.triggers.delta_version import MIN_NEW_VERSIONS_FIX, DeltaVersionTrigger
 from airflow_provider_delta.watermarks import (
     Initial,
     LoadStart,
@@ -92,12 +94,14 @@ class DeltaVersionSensor(BaseSensorOperator):
         super().__init__(**kwargs)
         validate_store_kind(watermark_store, self.task_id)
         if watermark_store == "xcom" and not watermark_task_id:
-            raise ValueError(
-                f"{self.task_id}: watermark_store='xcom' needs watermark_task_id, the task that "
-                "writes the watermark after a load (e.g. the incremental load task)."
-            )
+            raise InvalidParameterError(
+                self.task_id, "watermark_task_id", watermark_task_id,
+                "is not set: watermark_store='xcom' needs watermark_task_id",
+                "name the task that writes the watermark after a load (e.g. the incremental "
+                "load task)", table_uri)
         if isinstance(min_new_versions, bool) or not isinstance(min_new_versions, int) or min_new_versions < 1:
-            raise ValueError(f"{self.task_id}: min_new_versions must be an int >= 1, got {min_new_versions!r}.")
+            raise InvalidParameterError(self.task_id, "min_new_versions", min_new_versions,
+                                        "is not an int >= 1", MIN_NEW_VERSIONS_FIX, table_uri)
         self.table_uri = table_uri
         self.delta_conn_id = delta_conn_id
         self.watermark_store = watermark_store

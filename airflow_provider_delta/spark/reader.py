@@ -31,7 +31,7 @@ from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 from airflow_provider_delta.core import plan_changes, plan_snapshot
 from airflow_provider_delta.core.model import DeletionVectorDescriptor, Plan, TableMetadata
 from airflow_provider_delta.core.delta_log import TableLocation
-from airflow_provider_delta.errors import MissingDataFileError
+from airflow_provider_delta.errors import InvalidParameterError, MissingDataFileError
 from airflow_provider_delta.spark.deletion_vectors import deleted_rows
 from airflow_provider_delta.spark.handoff import (
     LOOKUP_MAX_FILES, constant_sql, file_index_sql, read_parquet, select_sql,
@@ -128,7 +128,10 @@ def read_plan(
     if not spark_checks:  # a classic session checks local paths itself, in parallel
         check_files_exist(plan, storage_options)
     if only_rows is not None and not all(len(only_rows.get(i, ())) for i in range(len(plan))):
-        raise ValueError("only_rows must list some rows of every file of the plan")
+        raise InvalidParameterError(
+            None, "only_rows", f"<rows of {len(only_rows)} of {len(plan)} file(s)>",
+            "leaves files of the plan without rows", "list some rows of every file of the plan",
+            plan.table_uri)
     deletions = _load_deletions(plan, storage_options) if only_rows is None else only_rows
     if metadata.column_mapping_mode == "id":
         # Per session and read at planning time; harmless for schemas without field ids.

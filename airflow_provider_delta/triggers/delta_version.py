@@ -47,7 +47,9 @@ from airflow_provider_delta.compat import (
     trigger_asset_state,
 )
 from airflow_provider_delta.core.probe import VersionProbe, VersionRange
-from airflow_provider_delta.errors import DeltaProviderError, TableNotFoundError
+from airflow_provider_delta.errors import (
+    DeltaProviderError, InvalidParameterError, TableNotFoundError,
+)
 from airflow_provider_delta.storage import to_uri
 from airflow_provider_delta.triggers.pollers import Poll, PollKey, registry
 from airflow_provider_delta.watermarks import (
@@ -61,6 +63,7 @@ from airflow_provider_delta.watermarks import (
 
 WATCHER_STATE_KEY = "delta_announced_version"
 PROGRESS_LOG_SECONDS = 60.0
+MIN_NEW_VERSIONS_FIX = "give how many new versions to wait for: 1 or more"
 
 
 class DeltaVersionTrigger(BaseEventTrigger):
@@ -101,9 +104,12 @@ class DeltaVersionTrigger(BaseEventTrigger):
             require_airflow(ASSET_WATCHER, "poll with DeltaVersionSensor (deferrable=True) on a "
                             "schedule instead", table_uri=table_uri)
         if min_new_versions < 1:
-            raise ValueError(f"{table_uri}: min_new_versions must be >= 1, got {min_new_versions}.")
+            raise InvalidParameterError(None, "min_new_versions", min_new_versions, "is below 1",
+                                        MIN_NEW_VERSIONS_FIX, table_uri)
         if poll_interval <= 0:
-            raise ValueError(f"{table_uri}: poll_interval must be > 0 seconds, got {poll_interval}.")
+            raise InvalidParameterError(None, "poll_interval", poll_interval,
+                                        "is not above 0 seconds",
+                                        "give the seconds between two looks at the log", table_uri)
         self.table_uri = table_uri
         self.start_version = start_version
         self.initial = validate_initial(initial, table_uri)

@@ -11,8 +11,11 @@ import pytest
 from airflow.sdk import PokeReturnValue
 from airflow.sdk.exceptions import AirflowSensorTimeout, TaskDeferred
 
-from airflow_provider_delta.errors import DeltaProviderError, TableNotFoundError, WatermarkError
+from airflow_provider_delta.errors import (
+    DeltaProviderError, InvalidParameterError, TableNotFoundError, WatermarkError,
+)
 from airflow_provider_delta.sensors import DeltaVersionSensor
+from airflow_provider_delta.triggers import DeltaVersionTrigger
 from airflow_provider_delta.watermarks import WatermarkStore
 
 
@@ -120,12 +123,16 @@ def test_missing_table_fails_clearly(tmp_path):
 
 
 def test_constructor_validation():
-    with pytest.raises(ValueError, match="watermark_store='redis' is unknown"):
+    with pytest.raises(InvalidParameterError, match="watermark_store='redis' is unknown"):
         DeltaVersionSensor(task_id="s", table_uri="/t", watermark_store="redis")
-    with pytest.raises(ValueError, match="needs watermark_task_id"):
+    with pytest.raises(InvalidParameterError, match="needs watermark_task_id"):
         DeltaVersionSensor(task_id="s", table_uri="/t", watermark_store="xcom")
-    with pytest.raises(ValueError, match="min_new_versions"):
+    with pytest.raises(InvalidParameterError, match="min_new_versions"):
         DeltaVersionSensor(task_id="s", table_uri="/t", watermark_store="variable", min_new_versions=0)
+    with pytest.raises(InvalidParameterError, match="/t: min_new_versions=0 is below 1"):
+        DeltaVersionTrigger(table_uri="/t", start_version=1, min_new_versions=0)
+    with pytest.raises(InvalidParameterError, match="/t: poll_interval=0 is not above 0"):
+        DeltaVersionTrigger(table_uri="/t", start_version=1, poll_interval=0)
     with pytest.raises(WatermarkError, match="initial="):
         DeltaVersionSensor(task_id="s", table_uri="/t", watermark_store="variable", initial="head")
 

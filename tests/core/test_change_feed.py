@@ -9,7 +9,9 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from airflow_provider_delta.core import plan_change_feed, split_feed
-from airflow_provider_delta.errors import SchemaChangeError, VersionNotAvailableError
+from airflow_provider_delta.errors import (
+    InvalidParameterError, SchemaChangeError, VersionNotAvailableError,
+)
 from tests.core.conftest import append_unchanged_merge, commit_actions
 
 CDF_ON = {"delta.enableChangeDataFeed": "true"}
@@ -78,7 +80,7 @@ def test_range_end_past_latest_reads_to_latest_and_bad_starts_fail(shared_table)
     with pytest.raises(VersionNotAvailableError, match="version 3 at the latest") as caught:
         plan_change_feed(path, 4)
     assert caught.value.version == 4 and path in str(caught.value)
-    with pytest.raises(ValueError, match="end_version must be >= start_version"):
+    with pytest.raises(InvalidParameterError, match="end_version must be >= start_version"):
         plan_change_feed(path, 3, 2)
 
 

@@ -16,7 +16,8 @@ from airflow_provider_delta.core import (
     commit_timestamp, latest_version, plan_changes, plan_snapshot, split_batches, version_at,
 )
 from airflow_provider_delta.errors import (
-    LogGapError, SchemaChangeError, TableNotFoundError, VersionNotAvailableError,
+    DeltaProviderError, InvalidParameterError, LogGapError, SchemaChangeError, TableNotFoundError,
+    VersionNotAvailableError,
 )
 from tests.core.conftest import data_change_adds
 
@@ -152,16 +153,23 @@ def test_not_a_table(tmp_path):
 def test_bad_arguments(tmp_path):
     path = str(tmp_path / "t")
     write_deltalake(path, _rows(0))
-    with pytest.raises(ValueError):
-        plan_changes(path, -1)
-    with pytest.raises(ValueError):
-        plan_changes(path, 1, 0)
-    with pytest.raises(ValueError):
-        split_batches(plan_changes(path, 0), max_files=0)
-    with pytest.raises(ValueError):
-        plan_snapshot(path, version=0, timestamp="2020-01-01")
-    with pytest.raises(ValueError, match="ISO-8601"):
-        version_at(path, "yesterday")
+    uri = plan_changes(path, 0).table_uri
+    calls = [
+        (lambda: plan_changes(path, -1), "start_version=-1 is not a version number >= 0"),
+        (lambda: plan_changes(path, 1, 0), "end_version=0 is before start_version=1"),
+        (lambda: split_batches(plan_changes(path, 0), max_files=0), "max_files=0 is below 1"),
+        (lambda: plan_snapshot(path, version=0, timestamp="2020-01-01"),
+         "give version or timestamp, not both"),
+        (lambda: plan_snapshot(path, version=-2), "version=-2 is not a version number"),
+        (lambda: version_at(path, "yesterday"), "timestamp='yesterday' is not ISO-8601"),
+    ]
+    for call, message in calls:
+        # A DeltaProviderError naming the table, and a ValueError for code that catches those.
+        with pytest.raises(InvalidParameterError, match=message) as caught:
+            call()
+        assert isinstance(caught.value, DeltaProviderError) and isinstance(caught.value, ValueError)
+        assert str(caught.value).startswith(f"{caught.value.table_uri}: ")
+        assert caught.value.table_uri in (path, uri)
 
 
 def test_added_nullable_column_is_additive(tmp_path):

@@ -260,7 +260,7 @@ CASES: list[BadInput] = [
              InvalidParameterError, "target=None is needed by sink='delta'", DAG_PARSE),
     BadInput("options", "`watermark_store=\"redis\"`",
              lambda s: s.incremental(watermark_store="redis"),
-             ValueError, "watermark_store='redis' is unknown", DAG_PARSE),
+             InvalidParameterError, "watermark_store='redis' is unknown", DAG_PARSE),
     BadInput("options", "`initial=\"sometime\"`", lambda s: s.incremental(initial="sometime"),
              WatermarkError, "initial='sometime' is not valid", DAG_PARSE),
     BadInput("options", "`initial=-2`", lambda s: s.incremental(initial=-2),

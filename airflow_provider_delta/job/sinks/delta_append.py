@@ -20,6 +20,7 @@ from deltalake import Schema
 from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.transaction import AddAction, create_table_with_add_actions
 
+from airflow_provider_delta.errors import SinkCommitConflictError
 from airflow_provider_delta.job.sinks.base import Sink, SinkWrite
 from airflow_provider_delta.job.sinks.delta_schema import (
     add_new_columns, arrow_schema, check_rows, delta_schema, new_columns,
@@ -108,8 +109,7 @@ class DeltaAppendSink(Sink):
             version = target.next_version
             if self._commit(target, adds, schema, partition_by, start_version, end_version):
                 return SinkWrite(rows=rows, sink_version=version)
-        raise RuntimeError(f"{self.uri}: {COMMIT_ATTEMPTS} commits of source versions "
-                           f"{start_version}..{end_version} lost to concurrent writers")
+        raise SinkCommitConflictError(self.uri, start_version, end_version, COMMIT_ATTEMPTS)
 
     def _partition_by(self) -> list[str]:
         view = self._target.view()
