@@ -27,7 +27,7 @@ from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.transaction import CommitProperties, PostCommitHookProperties
 
 from airflow_provider_delta.core.change_feed import CHANGE_TYPE, COMMIT_VERSION, FEED_COLUMNS
-from airflow_provider_delta.errors import MergeInputError
+from airflow_provider_delta.errors import MergeInputError, SinkCommitConflictError
 from airflow_provider_delta.job.sinks.base import Sink, SinkWrite
 from airflow_provider_delta.job.sinks.delta_schema import add_new_columns, check_rows, check_schema
 from airflow_provider_delta.job.sinks.target_log import (
@@ -145,8 +145,7 @@ class DeltaMergeSink(Sink):
             log.info("merged %d key change(s) into %s with txn %s=%s", changes.num_rows,
                      self.uri, self.spec.app_id, end_version)
             return SinkWrite(rows=changes.num_rows, sink_version=version)
-        raise RuntimeError(f"{self.uri}: {COMMIT_ATTEMPTS} merges of source versions "
-                           f"{start_version}..{end_version} lost to concurrent writers")
+        raise SinkCommitConflictError(self.uri, start_version, end_version, COMMIT_ATTEMPTS)
 
     def _last_changes(self, rows: pa.Table) -> pa.Table:
         """Each key's last change: data columns and the merge operation.
