@@ -28,6 +28,6 @@ def make_sink(spec: SinkSpec) -> Sink:
         SinkKind.DELTA: DeltaAppendSink, SinkKind.DELTA_MERGE: DeltaMergeSink,
         SinkKind.FORMAT: FormatSink,
     }
-    if spec.kind == "delta" and spec.use_delta_spark:
+    if spec.kind == SinkKind.DELTA and spec.use_delta_spark:
         return DeltaSparkSink(spec)
     return kinds[spec.kind](spec) if spec.kind in kinds else NoSink()
