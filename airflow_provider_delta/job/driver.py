@@ -1,7 +1,8 @@
 """The Spark driver program the operators submit: ``driver.py <spec uri> <result uri>``.
 
-It plans from the Delta log (the core), splits the range into batches, reads each batch with
-the Spark layer, applies the transform, writes through the sink, and reports a
+It plans from the Delta log through the one plan path (:mod:`.plan`, which the operator ran
+before submitting), splits the range into batches, reads each batch with the Spark layer,
+applies the transform, writes through the sink, and reports a
 :class:`~airflow_provider_delta.job.spec.JobResult` as JSON. Batches the sink already holds
 (its ``txn`` version, or its published batch folders) are skipped, so re-running a job after a
 crash writes nothing twice.
@@ -20,15 +21,12 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from airflow_provider_delta.core import (
-    ChangeFeedPlan, commit_timestamp, plan_change_feed, plan_changes, plan_snapshot,
-    split_batches, split_feed,
-)
-from airflow_provider_delta.core.change_feed import FEED_COLUMNS
+from airflow_provider_delta.core import ChangeFeedPlan, commit_timestamp
 from airflow_provider_delta.core.model import Plan
 from airflow_provider_delta.errors import InvalidParameterError
 from airflow_provider_delta.job.arrow_feed import read_feed_on_driver
-from airflow_provider_delta.job.sinks import DeltaMergeSink, Sink, make_sink
+from airflow_provider_delta.job.plan import plan_load
+from airflow_provider_delta.job.sinks import DeltaMergeSink, Sink
 from airflow_provider_delta.job.spec import BatchResult, JobResult, JobSpec, SinkKind
 from airflow_provider_delta.job.credentials import spark_conf_from, with_credentials_from
 from airflow_provider_delta.spark import read_plan
@@ -55,22 +53,18 @@ def configure_session(spark: SparkSession) -> None:
 def run_job(spark: SparkSession, spec: JobSpec) -> JobResult:
     """Run every batch of ``spec`` that the sink does not hold yet; return what was done."""
     configure_s3a(spark, spec)
-    sink = make_sink(spec.sink)
-    sink.check_target(spec.table_uri)
-    first, last = spec.covered_range()
-    resume = sink.first_unwritten(first, last)
-    batches = plan_batches(spec, resume)
-    if batches:
-        sink.check_not_source(spec.table_uri, batches[0].metadata.table_id)
+    load = plan_load(spec)
+    batches = load.batches(spec)
     log.info("%s: %d batch(es) to run (sink holds versions before %s)", spec.table_uri,
-             len(batches), resume)
-    whole_snapshot = spec.mode == "snapshot" and resume == first
+             len(batches), load.resume)
+    first, last = spec.covered_range()
     results = []
     for number, batch in enumerate(batches, start=1):
         log.info("batch %d/%d: versions %d..%d, %d file(s), %d bytes", number, len(batches),
                  batch.start_version, batch.end_version, len(batch), batch.total_bytes)
-        results.append(_run_batch(spark, spec, sink, batch, first if whole_snapshot else None))
-    start = last if spec.mode == "snapshot" else resume
+        results.append(_run_batch(spark, spec, load.sink, batch,
+                                  first if load.whole_snapshot else None))
+    start = last if spec.mode == "snapshot" else load.resume
     return JobResult(spec.table_uri, spec.mode, start, last, tuple(results),
                      spark_ui_url=spark_ui_url(spark))
 
@@ -88,29 +82,6 @@ def spark_ui_url(spark: SparkSession) -> str | None:
     """The driver's web UI (None when disabled)."""
     context = getattr(spark, "sparkContext", None)  # a Spark Connect session has none to ask
     return context.uiWebUrl if context is not None else None
-
-
-def plan_batches(spec: JobSpec, resume: int) -> list[Plan | ChangeFeedPlan]:
-    """The batches of ``spec`` from source version ``resume`` on.
-
-    A snapshot whose first versions the target holds already (a retry after its commit,
-    against a source that moved on) continues with the changes after them.
-    """
-    first, last = spec.covered_range()
-    if last is not None and resume > last:
-        return []
-    options = {"storage_options": spec.storage_options}
-    if spec.mode == "snapshot" and resume == first:
-        return [plan_snapshot(spec.table_uri, version=last, **options)]
-    if spec.change_feed:
-        feed = plan_change_feed(spec.table_uri, resume, last, **options)
-        return split_feed(feed, max_files=spec.max_files, max_bytes=spec.max_bytes)
-    plan = plan_changes(
-        spec.table_uri, resume, last,
-        ignore_deletes=spec.ignore_deletes, ignore_changes=spec.ignore_changes,
-        skip_change_commits=spec.skip_change_commits, **options,
-    )
-    return split_batches(plan, max_files=spec.max_files, max_bytes=spec.max_bytes)
 
 
 def _run_batch(spark: SparkSession, spec: JobSpec, sink: Sink, batch: Plan | ChangeFeedPlan,
@@ -142,7 +113,6 @@ def _feed_on_driver(spec: JobSpec, sink: Sink, batch: Plan | ChangeFeedPlan) -> 
     if not (isinstance(sink, DeltaMergeSink) and isinstance(batch, ChangeFeedPlan)
             and not (spec.transform or spec.sql)):
         return None
-    _refuse_feed_column_clash(spec, batch)
     changes = read_feed_on_driver(batch, storage_options=spec.storage_options)
     log.info("versions %d..%d: the feed is read %s", batch.start_version, batch.end_version,
              "on the driver with Arrow" if changes is not None else "with Spark")
@@ -151,8 +121,6 @@ def _feed_on_driver(spec: JobSpec, sink: Sink, batch: Plan | ChangeFeedPlan) -> 
 
 def _read_batch(spark: SparkSession, spec: JobSpec, batch: Plan | ChangeFeedPlan) -> DataFrame:
     options = {"storage_options": spec.storage_options}
-    if spec.change_feed:
-        _refuse_feed_column_clash(spec, batch)
     if isinstance(batch, ChangeFeedPlan):
         return read_feed(spark, batch, **options)
     df = read_plan(spark, batch, **options)
@@ -160,18 +128,6 @@ def _read_batch(spark: SparkSession, spec: JobSpec, batch: Plan | ChangeFeedPlan
         committed_at = commit_timestamp(spec.table_uri, batch.end_version, **options)
         return snapshot_as_inserts(df, batch.end_version, committed_at)
     return df
-
-
-def _refuse_feed_column_clash(spec: JobSpec, batch: Plan | ChangeFeedPlan) -> None:
-    """A source column named like a feed column would be ambiguous or overwritten."""
-    columns = [f["name"] for f in batch.metadata.schema.get("fields", [])]
-    clashing = [c for c in columns if c.lower() in FEED_COLUMNS]
-    if clashing:
-        raise InvalidParameterError(
-            spec.context.get("task_id"), "change_feed", True,
-            f"adds columns {list(FEED_COLUMNS)}, but the source has {clashing} at version "
-            f"{batch.end_version}", "rename those source columns, or load without change_feed",
-            spec.table_uri)
 
 
 def transform(spark: SparkSession, df: DataFrame, spec: JobSpec,

@@ -1,6 +1,6 @@
-"""The job's side of a spark-submit run, around the Spark provider's own submission: where the
-driver runs, the try's job folder with its spec and result files, the package zip for
-``py_files``, the driver's environment, and the removal of it all.
+"""The job's side of a spark-submit run, around the Spark provider's own submission: the sink's
+spec, where the driver runs, the try's job folder with its spec and result files, the package
+zip for ``py_files``, the driver's environment, and the removal of it all.
 
 The operators hold the parameters and call these; the Spark provider's hook runs
 ``spark-submit``. Credentials reach the driver through its environment
@@ -22,8 +22,15 @@ from typing import Any
 import airflow_provider_delta
 from airflow_provider_delta.credential_keys import credential_key_names
 from airflow_provider_delta.job.credentials import credentials_env, without_credentials
-from airflow_provider_delta.job.spec import JobResult, JobSpec
-from airflow_provider_delta.storage import read_text, remove_tree, to_uri, write_text
+from airflow_provider_delta.job.spec import (
+    JobResult, JobSpec, SinkKind, SinkSpec, sink_kind, stable_app_id,
+)
+from airflow_provider_delta.storage import (
+    normalised_location, read_text, remove_tree, to_uri, write_text,
+)
+
+# task_state_store key: the job folder of the last job submitted in a resumable mode.
+JOB_DIR_KEY = "delta_job_dir"
 
 
 @dataclass(frozen=True)
@@ -76,10 +83,39 @@ class JobFolder:
                                       root_dir=package_dir.parent, base_dir=package_dir.name)
         return os.fspath(archive)
 
+    def record(self, store: Any) -> None:
+        """Keep the folder's place in the task's state ``store`` (Airflow's task_state_store,
+        if any), where a durable retry that reconnects to this job finds it."""
+        if store is not None:
+            store.set(JOB_DIR_KEY, self.uri)
+
     def remove(self, *others: str | None) -> None:
         """Delete the job folder, the scratch folder and ``others`` (a reconnected job's)."""
         for folder in {self.uri, self.scratch, *filter(None, others)}:
             remove_tree(folder)
+
+
+def make_sink_spec(sink: str | None, target: str | None, table_uri: str, *, dag_id: str,
+                   task_id: str, map_index: int, **settings: Any) -> SinkSpec:
+    """The sink of an operator's ``sink`` parameter, as the driver sees it (``settings``: the
+    other :class:`SinkSpec` fields). Its txn appId is stable per DAG, task, map index, source
+    and target; unmapped tasks also name the appId of older versions (DAG, task and target)
+    so that targets they wrote resume where they stopped."""
+    if sink is None:
+        return SinkSpec(kind=SinkKind.NONE)
+    kind = sink_kind(sink)
+    location, source = normalised_location(target), normalised_location(table_uri)
+    return SinkSpec(
+        kind=kind, path=target, format=sink if kind == SinkKind.FORMAT else "parquet",
+        app_id=stable_app_id(dag_id, task_id, location, source, map_index),
+        legacy_app_id=(stable_app_id(dag_id, task_id, to_uri(target))
+                       if map_index == -1 else None),
+        use_delta_spark=sink == "delta-spark", source=source, **settings)
+
+
+def submitted_folder(store: Any) -> str | None:
+    """The folder of the job a retry reconnected to (None: none recorded)."""
+    return store.get(JOB_DIR_KEY) if store is not None else None
 
 
 def job_folder_name(dag_id: str, task_id: str, run_id: str, map_index: int,

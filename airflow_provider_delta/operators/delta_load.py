@@ -3,11 +3,13 @@
 Both operators are :class:`SparkSubmitOperator` subclasses: the Spark connection, cluster
 tracking, ``durable`` reconnect and ``on_kill`` are the Spark provider's. What they add:
 
-1. Decide what to read, before any Spark starts: a version range (explicit, from the sensor's
-   XCom, or from the watermark) or a snapshot, validated by the core's planner, so a request
-   that cannot succeed fails with the core's error and no JVM is started.
+1. Decide what to read, before any Spark starts: where the load starts and its last version
+   (:mod:`.load_range`: explicit, from the sensor's XCom, or from the watermark), planned and
+   checked by the job's own plan path (:mod:`airflow_provider_delta.job.plan`), so a request
+   that cannot succeed fails with the error the driver would raise and no JVM is started.
 2. Write a small JSON job spec and submit this package's driver program
-   (:mod:`airflow_provider_delta.job.driver`) with it; read back its JSON result.
+   (:mod:`airflow_provider_delta.job.driver`) with it; read back its JSON result. The job's
+   files, environment and cleanup are :mod:`airflow_provider_delta.job.submit`'s.
 3. After the sink committed, move the watermark, push the result to XCom and emit an asset
    event for the target.
 
@@ -41,12 +43,18 @@ from airflow_provider_delta.errors import InvalidParameterError
 from airflow_provider_delta.hooks.delta import DeltaHook, mask_credentials
 from airflow_provider_delta.job import driver
 from airflow_provider_delta.job.connect import ConnectJob
+from airflow_provider_delta.job.plan import plan_load
 from airflow_provider_delta.job.sinks import make_sink
-from airflow_provider_delta.job.spec import (
-    JobResult, JobSpec, SinkKind, SinkSpec, sink_kind, stable_app_id,
-)
+from airflow_provider_delta.job.spec import JobResult, JobSpec, SinkSpec
 from airflow_provider_delta.credential_keys import with_redaction
-from airflow_provider_delta.job.submit import JobFolder, SubmitTarget, driver_env, job_folder_name
+from airflow_provider_delta.job.submit import (
+    JobFolder,
+    SubmitTarget,
+    driver_env,
+    job_folder_name,
+    make_sink_spec,
+    submitted_folder,
+)
 from airflow_provider_delta.operators import load_range, parameters
 from airflow_provider_delta.operators.links import SparkUILink
 from airflow_provider_delta.operators.transport import (
@@ -54,8 +62,7 @@ from airflow_provider_delta.operators.transport import (
     refuse_spark_submit_options,
     resolve_submit_target,
 )
-from airflow_provider_delta.spark.reader import check_files_exist
-from airflow_provider_delta.storage import normalised_location, to_uri
+from airflow_provider_delta.storage import to_uri
 from airflow_provider_delta.watermarks import (
     Initial,
     WatermarkStore,
@@ -67,9 +74,6 @@ from airflow_provider_delta.watermarks import (
 
 if TYPE_CHECKING:
     from airflow_provider_delta.compat import Asset, Context
-
-# task_state_store key: the job folder of the last job submitted in a resumable mode.
-_JOB_DIR_KEY = "delta_job_dir"
 
 
 class _DeltaSparkJobOperator(SparkSubmitOperator):
@@ -110,20 +114,10 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
         allow_overlapping_writers: bool = False,
         **kwargs: Any,
     ):
-        where = {"task_id": kwargs.get("task_id"), "table_uri": table_uri}
-        if transform and sql:
-            raise InvalidParameterError(where["task_id"], "transform", transform,
-                                        "is given with sql", "give either transform or sql",
-                                        table_uri)
-        parameters.transform_reference(transform, **where)
-        parameters.sink_kind(sink, target, **where)
-        partition_by = parameters.column_names(partition_by, "partition_by", **where)
-        sink_options = parameters.string_map(sink_options, "sink_options", **where)
-        if (sink == "delta-merge") != bool(merge_keys):
-            raise InvalidParameterError(
-                where["task_id"], "merge_keys", list(merge_keys), f"does not fit sink={sink!r}",
-                "give merge_keys (the key columns it merges by) exactly when sink='delta-merge'",
-                table_uri)
+        partition_by, sink_options = parameters.load_settings(
+            transform=transform, sql=sql, sink=sink, target=target, partition_by=partition_by,
+            sink_options=sink_options, merge_keys=merge_keys, task_id=kwargs.get("task_id"),
+            table_uri=table_uri)
         # A templated target is known only at run time, too late to declare it an outlet.
         if target and "outlets" not in kwargs and not parameters.is_templated(target):
             kwargs["outlets"] = [asset(to_uri(target))]
@@ -165,14 +159,8 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
         """Check the templated parameters again on their rendered values, at task start."""
         where = {"task_id": self.task_id, "table_uri": self.table_uri}
         parameters.sink_kind(self.sink, self.target, **where)
-        for name, check in (("partition_by", parameters.column_names),
-                            ("sink_options", parameters.string_map),
-                            ("conf", parameters.string_map)):
-            value = check(getattr(self, name), name, **where)
-            if parameters.is_templated(value):
-                raise InvalidParameterError(self.task_id, name, value, "was not rendered",
-                                            "render the task's templates before running it",
-                                            self.table_uri)
+        rendered = {name: getattr(self, name) for name in parameters.RENDERED_SETTINGS}
+        for name, value in parameters.rendered_settings(rendered, **where).items():
             setattr(self, name, value)
 
     @cached_property
@@ -185,26 +173,12 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
         return DeltaHook(self.delta_conn_id).get_storage_options()
 
     def sink_spec(self) -> SinkSpec:
-        """The sink as the driver sees it. Its txn appId is stable per DAG, task, map index,
-        source and target; unmapped tasks also name the appId of older versions (DAG, task
-        and target) so that targets they wrote resume where they stopped."""
-        if self.sink is None:
-            return SinkSpec(kind=SinkKind.NONE)
-        kind = sink_kind(self.sink)
-        map_index = _map_index()
-        target, source = normalised_location(self.target), normalised_location(self.table_uri)
-        return SinkSpec(
-            kind=kind, path=self.target,
-            format=self.sink if kind == SinkKind.FORMAT else "parquet",
-            merge_keys=self.merge_keys,
-            partition_by=self.partition_by, options=self.sink_options,
-            app_id=stable_app_id(self.dag_id, self.task_id, target, source, map_index),
-            legacy_app_id=(stable_app_id(self.dag_id, self.task_id, to_uri(self.target))
-                           if map_index == -1 else None),
-            use_delta_spark=self.sink == "delta-spark",
-            storage_options=self.source_storage_options,
-            source=source, allow_overlapping_writers=self.allow_overlapping_writers,
-        )
+        """The sink as the driver sees it (see :func:`~.job.submit.make_sink_spec`)."""
+        return make_sink_spec(
+            self.sink, self.target, self.table_uri, dag_id=self.dag_id, task_id=self.task_id,
+            map_index=_map_index(), merge_keys=self.merge_keys, partition_by=self.partition_by,
+            options=self.sink_options, storage_options=self.source_storage_options,
+            allow_overlapping_writers=self.allow_overlapping_writers)
 
     def job_spec(self, context: Context, start: LoadStart, end_version: int) -> JobSpec:
         """The spec of one run; subclasses add their read options."""
@@ -221,69 +195,38 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
         return {}
 
     def run_request(self, context: Context, start: LoadStart, end_version: int) -> JobResult:
-        """Check the target, skip what the sink holds already (refusing overlaps), validate
-        the rest with the core, then submit. Everything before ``submit`` runs without Spark."""
+        """Plan and check the request through the job's own plan path, then submit.
+        Everything before ``submit`` runs without Spark."""
         spec = self.job_spec(context, start, end_version)
-        sink = make_sink(spec.sink)
-        sink.check_target(self.table_uri)
-        resume = sink.first_unwritten(*spec.covered_range())
-        if resume > spec.end_version:
-            self.log.info("%s already holds %s up to version %s; nothing to submit",
-                          self.target, self.table_uri, spec.end_version)
-            return JobResult(self.table_uri, spec.mode, start.version,
-                             spec.end_version)
-        plan = self.validate(spec, resume)
-        self._source_metadata = plan.metadata
-        sink.check_not_source(self.table_uri, plan.metadata.table_id)
-        if spec.mode == "changes" and not len(plan):
-            self.log.info("%s: versions %s..%s add no data files; nothing to submit",
-                          self.table_uri, start.version, spec.end_version)
-            return JobResult(self.table_uri, spec.mode, start.version,
-                             spec.end_version)
+        plan = plan_load(spec, check_files=True).plan
+        self._source_metadata = plan and plan.metadata
+        if plan is None or (spec.mode == "changes" and not len(plan)):
+            self.log.info("%s: versions %s..%s: nothing to submit (%s)", self.table_uri,
+                          start.version, spec.end_version, f"{self.target} holds them already"
+                          if plan is None else "they add no data files")
+            return JobResult(self.table_uri, spec.mode, start.version, spec.end_version)
         self.log.info("%s: submitting %s of versions %s..%s (%d file(s), %d bytes)",
                       self.table_uri, spec.mode, plan.start_version, plan.end_version,
                       len(plan), plan.total_bytes)
         return self.submit(context, spec)
 
-    def validate(self, spec: JobSpec, resume: int) -> core.Plan:
-        """Plan on the Airflow side: the core's errors surface here, before any JVM starts."""
-        options = {"storage_options": spec.storage_options}
-        if spec.mode == "snapshot" and resume == spec.covered_range()[0]:
-            plan = core.plan_snapshot(spec.table_uri, version=spec.end_version, **options)
-        elif spec.change_feed:
-            feed = core.plan_change_feed(spec.table_uri, resume, spec.covered_range()[1],
-                                         **options)
-            self.check_merge_keys(feed.metadata, spec)
-            check_files_exist(feed.as_plan(), spec.storage_options)
-            return feed
-        else:
-            plan = core.plan_changes(
-                spec.table_uri, resume, spec.covered_range()[1],
-                ignore_deletes=spec.ignore_deletes, ignore_changes=spec.ignore_changes,
-                skip_change_commits=spec.skip_change_commits, **options,
-            )
-        check_files_exist(plan, spec.storage_options)  # vacuumed files: fail here, not in Spark
-        return plan
-
-    def check_merge_keys(self, metadata: core.TableMetadata, spec: JobSpec) -> None:
-        """Without a transform the rows are the source's: its columns must hold the keys."""
-        if spec.transform or spec.sql:
-            return
-        columns = [f["name"] for f in metadata.schema.get("fields", [])]
-        missing = [k for k in spec.sink.merge_keys if k not in columns]
-        if missing:
-            raise InvalidParameterError(
-                self.task_id, "merge_keys", list(spec.sink.merge_keys),
-                f"names columns {missing} that the source does not have ({columns})",
-                "fix merge_keys, or give a transform or sql that makes them", spec.table_uri)
-
     def submit(self, context: Context, spec: JobSpec) -> JobResult:
-        """Run the job: on the task's Spark Connect session, or through spark-submit with its
-        files in a :class:`JobFolder`, deleted however the task ends."""
+        """Run the job: on the task's Spark Connect session, or through spark-submit."""
         job = connect_job(self.conn_id)
-        if job is not None:
-            return self.run_on_connect(job, spec)
-        self.check_submittable()
+        result = (self.run_on_connect(job, spec) if job is not None
+                  else self._spark_submit(context, spec))
+        self.log.info("job done: %d batch(es), %s row(s) written, sink version %s",
+                      len(result.batches), result.rows, result.sink_version)
+        return result
+
+    def _spark_submit(self, context: Context, spec: JobSpec) -> JobResult:
+        """Check what would fail only once spark-submit runs (the Spark connection, a transform
+        the driver cannot import where it runs like this task), then run the driver with its
+        files in a :class:`JobFolder`, deleted however the task ends."""
+        where = {"task_id": self.task_id, "table_uri": self.table_uri}
+        parameters.check_connection(self.conn_id, "conn_id", "spark", **where)
+        if self.transform and not self.py_files and self.submit_target.driver_runs_here:
+            parameters.check_importable(self.transform, **where)
         ti = context["ti"] if self.work_dir else None
         self._job_folder = JobFolder(self.work_dir, ti and job_folder_name(
             self.dag_id, self.task_id, context["run_id"], ti.map_index, ti.try_number))
@@ -291,14 +234,6 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
             return self._run_driver(context, spec)
         finally:
             self._remove_job_files(context)
-
-    def check_submittable(self) -> None:
-        """What would fail only once spark-submit runs: a missing Spark connection, a
-        transform the driver cannot import (checked where the driver runs like this task)."""
-        where = {"task_id": self.task_id, "table_uri": self.table_uri}
-        parameters.check_connection(self.conn_id, "conn_id", "spark", **where)
-        if self.transform and not self.py_files and self.submit_target.driver_runs_here:
-            parameters.check_importable(self.transform, **where)
 
     @cached_property
     def submit_target(self) -> SubmitTarget:
@@ -315,50 +250,37 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
         # those of conf go through the environment, not the command line.
         self.env_vars, withheld = driver_env(self.submit_target, self.env_vars, spec, self.conf)
         if withheld:
-            self.log.warning("%s: the credentials %s are not sent to a driver on %s (only its "
-                             "command line could carry them); give the cluster its own "
-                             "credentials for the table and the target", self.table_uri,
-                             withheld, self.submit_target.master)
+            self.log.warning("%s: the credentials %s are not sent to a driver on %s; give the "
+                             "cluster its own credentials for the table and the target",
+                             self.table_uri, withheld, self.submit_target.master)
         self.conf = with_redaction(self.conf)
         try:
             super().execute(context)
         finally:
             self.env_vars, self.conf = submitted_env, submitted_conf
-        return self._log_done(folder.read_result(self._submitted_folder(context)))
+        return folder.read_result(submitted_folder(context.get("task_state_store")))
 
     def run_on_connect(self, job: ConnectJob, spec: JobSpec) -> JobResult:
         """Run the job module in this process on the task's own Spark Connect session."""
         refuse_spark_submit_options(self, self.conn_id, spec)
         self._connect_job = job
         try:
-            return self._log_done(job.run(spec, self.conf))
+            return job.run(spec, self.conf)
         finally:
             self._connect_job = None
-
-    def _log_done(self, result: JobResult) -> JobResult:
-        self.log.info("job done: %d batch(es), %s row(s) written, sink version %s",
-                      len(result.batches), result.rows, result.sink_version)
-        return result
 
     def submit_job(self, context: Context) -> str | None:
         """A fresh submission in a resumable (cluster) mode: record its folder, where a durable
         retry that reconnects to this job finds the result."""
         external_id = super().submit_job(context)
-        store = context.get("task_state_store")
-        if store is not None:
-            store.set(_JOB_DIR_KEY, self._job_folder.uri)
+        self._job_folder.record(context.get("task_state_store"))
         return external_id
-
-    def _submitted_folder(self, context: Context | None) -> str | None:
-        """The folder of the job this try reconnected to (None: the job it submitted)."""
-        store = context.get("task_state_store") if context is not None else None
-        return store.get(_JOB_DIR_KEY) if store is not None else None
 
     def _remove_job_files(self, context: Context | None = None) -> None:
         """Delete this try's job files (and the reconnected job's folder)."""
         folder, self._job_folder = self._job_folder, None
         if folder is not None:
-            folder.remove(self._submitted_folder(context))
+            folder.remove(submitted_folder(context and context.get("task_state_store")))
 
     def on_kill(self) -> None:
         if self._connect_job is not None:
@@ -397,30 +319,13 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
 class DeltaIncrementalOperator(_DeltaSparkJobOperator):
     """Load the versions of a Delta table that were not loaded yet, with Spark, exactly once.
 
-    The range is, in this order: ``start_version``/``end_version`` when given (a backfill; it
-    moves the watermark only with ``move_watermark=True``), the XCom of ``sensor_task_id``
-    (a :class:`~airflow_provider_delta.sensors.DeltaVersionSensor`), or the watermark store
-    (``watermark + 1 .. latest``; the watermark also records the source's table id, and a
-    table dropped and recreated since fails unless ``reset_if_ahead``). Without a watermark,
-    ``initial="snapshot"`` (the default) loads the current snapshot and records its version
-    -- unless the sink already holds this task's txn (a first run that committed, then died
-    before its watermark): then it loads the changes after the txn's version; ``"latest"``,
-    ``"earliest"`` or a version number start an incremental read. The sensor, the trigger and
-    this operator share one policy for this
-    (:func:`~airflow_provider_delta.watermarks.resolve_load_start`); a sensor's
-    ``mode="snapshot"`` range is loaded as that snapshot. Mapped, each task instance keeps
-    its own XCom watermark and reads the sensor's XCom of its own map index. Without an
-    explicit range the task defaults to ``max_active_tis_per_dag=1``: two runs at once would
-    read the same watermark and load the same range.
-
-    Rows go through ``transform`` (``"module:function"`` called as ``f(spark, df, context)``)
-    or ``sql`` (over the temp view ``changes``), then into the sink: ``"delta"`` appends to the
-    Delta table ``target`` (created if missing, ``partition_by`` applies then) with a ``txn``
-    action per batch, so a batch is never written twice; ``"delta-spark"`` does the same
-    through ``format("delta")`` where the Delta jars are on the cluster; any other string is a
-    Spark format written to ``target/source_versions=<start>-<end>``; ``None`` leaves writing
-    to the transform. ``max_files``/``max_bytes`` split a long range into batches committed one
-    by one (a commit is never split). The watermark moves only after the sink committed.
+    The range is, in this order: ``start_version``/``end_version`` (a backfill), the XCom of
+    ``sensor_task_id``, or the watermark store; without a watermark ``initial`` decides, as
+    for the sensor and the trigger (README, "Where a load starts"). Without an explicit range
+    the task defaults to ``max_active_tis_per_dag=1``: two runs at once would read the same
+    watermark. Rows go through ``transform`` or ``sql``, then into the sink, batch by batch
+    (``max_files``/``max_bytes``; a commit is never split); the watermark moves only after the
+    sink committed.
 
     :param table_uri: the source table (templated).
     :param target: where the sink writes (templated; a templated target is not declared as

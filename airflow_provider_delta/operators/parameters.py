@@ -23,6 +23,29 @@ _VERSION = re.compile(r"\s*-?\d+\s*")
 _REFERENCE = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
 
 
+def load_settings(*, transform: str | None, sql: str | None, sink: str | None,
+                  target: str | None, partition_by: Sequence[str] | str | None,
+                  sink_options: Mapping[str, object] | str | None, merge_keys: Sequence[str],
+                  task_id: str | None, table_uri: str
+                  ) -> tuple[tuple[str, ...] | str, dict[str, str] | str]:
+    """The checks of what both operators share at parse time: transform or sql, the sink and
+    its settings. Returns ``partition_by`` and ``sink_options`` as checked."""
+    where = {"task_id": task_id, "table_uri": table_uri}
+    if transform and sql:
+        raise InvalidParameterError(task_id, "transform", transform, "is given with sql",
+                                    "give either transform or sql", table_uri)
+    transform_reference(transform, **where)
+    sink_kind(sink, target, **where)
+    checked = (column_names(partition_by, "partition_by", **where),
+               string_map(sink_options, "sink_options", **where))
+    if (sink == "delta-merge") != bool(merge_keys):
+        raise InvalidParameterError(
+            task_id, "merge_keys", list(merge_keys), f"does not fit sink={sink!r}",
+            "give merge_keys (the key columns it merges by) exactly when sink='delta-merge'",
+            table_uri)
+    return checked
+
+
 def is_templated(value: object) -> bool:
     """A value Jinja renders later (so it can only be checked when the task starts)."""
     return isinstance(value, str) and ("{{" in value or "{%" in value)
@@ -77,6 +100,25 @@ def string_map(value: Mapping[str, object] | str | None, parameter: str, *, task
             table_uri)
     return {key: str(option).lower() if isinstance(option, bool) else str(option)
             for key, option in value.items()}
+
+
+# The settings checked again once their templates rendered, and their checks.
+RENDERED_SETTINGS = {"partition_by": column_names, "sink_options": string_map,
+                     "conf": string_map}
+
+
+def rendered_settings(values: Mapping[str, object], *, task_id: str, table_uri: str
+                      ) -> dict[str, object]:
+    """``values`` (of :data:`RENDERED_SETTINGS`) checked on what their templates rendered."""
+    checked = {}
+    for name, value in values.items():
+        checked[name] = RENDERED_SETTINGS[name](value, name, task_id=task_id,
+                                                table_uri=table_uri)
+        if is_templated(checked[name]):
+            raise InvalidParameterError(task_id, name, value, "was not rendered",
+                                        "render the task's templates before running it",
+                                        table_uri)
+    return checked
 
 
 def rendered_mapping(value: object) -> Mapping[str, object] | None:

@@ -11,11 +11,13 @@ import os
 import shutil
 from dataclasses import replace
 
+import pyarrow as pa
 import pytest
-from deltalake import DeltaTable
+from deltalake import DeltaTable, write_deltalake
 
 from airflow_provider_delta.core import LoadStart
 from airflow_provider_delta.errors import (
+    InvalidParameterError,
     SinkSchemaMismatchError,
     VersionNotAvailableError,
     WatermarkError,
@@ -72,6 +74,24 @@ def test_time_travel_outside_the_log_fails_before_submitting(source, tmp_path):
                                            conn_id="no_such_spark", **request)
         with pytest.raises(VersionNotAvailableError, match="is not available"):
             _run(operator)
+    assert not os.path.exists(target)
+
+
+@pytest.mark.parametrize("column", ["_change_type", "_Commit_Version"])
+def test_a_feed_column_clash_is_refused_before_spark_submit(tmp_path, column):
+    """Planned by the operator through the job's plan path: refused at task start. Had it got
+    as far as spark-submit, the missing Spark connection would have been the error."""
+    source, target = str(tmp_path / "feed_source"), str(tmp_path / "target")
+    write_deltalake(source, pa.table({"id": [1, 2], column: pa.array([5, 6], pa.int64())}),
+                    configuration={"delta.enableChangeDataFeed": "true"})
+    for sink in ({"sink": "delta"}, {"sink": "delta-merge", "merge_keys": ["id"]}):
+        load = DeltaIncrementalOperator(task_id="load", table_uri=source, target=target,
+                                        start_version=0, end_version=0, change_feed=True,
+                                        conn_id="no_such_spark", **sink)
+        with pytest.raises(InvalidParameterError) as refused:
+            _run(load)
+        assert f"but the source has ['{column}'] at version 0" in str(refused.value)
+        assert refused.value.parameter == "change_feed" and source in str(refused.value)
     assert not os.path.exists(target)
 
 

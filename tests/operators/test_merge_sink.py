@@ -11,7 +11,9 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from airflow_provider_delta.core import LoadStart
-from airflow_provider_delta.errors import MergeInputError, SinkSchemaMismatchError
+from airflow_provider_delta.errors import (
+    InvalidParameterError, MergeInputError, SinkSchemaMismatchError,
+)
 from airflow_provider_delta.job.driver import run_job
 from airflow_provider_delta.job.sinks import DeltaMergeSink
 from airflow_provider_delta.job.spec import JobSpec, SinkSpec
@@ -68,8 +70,13 @@ def test_null_and_duplicate_keys_are_refused_before_writing(spark, tmp_path):
 def test_keys_not_in_the_rows_and_plain_loads_are_refused(spark, tmp_path):
     source, target = str(tmp_path / "source"), str(tmp_path / "target")
     _source(source, [1, 2], ["a", "b"])
-    with pytest.raises(MergeInputError, match=r"merge_keys \['nope'\] are not columns"):
+    # Not in the source: the plan path refuses it, in the driver as in the operator.
+    with pytest.raises(InvalidParameterError, match=r"merge_keys=\['nope'\] names columns"):
         run_job(spark, _job(source, target, keys=("nope",)))
+    # Dropped by the sql: the sink refuses the rows.
+    dropped = "select name, _change_type, _commit_version, _commit_timestamp from changes"
+    with pytest.raises(MergeInputError, match=r"merge_keys \['id'\] are not columns"):
+        run_job(spark, _job(source, target, sql=dropped))
     with pytest.raises(MergeInputError, match="load with change_feed=True"):
         run_job(spark, _job(source, target, change_feed=False))
     assert not (tmp_path / "target").exists()
