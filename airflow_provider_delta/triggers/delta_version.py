@@ -64,6 +64,9 @@ from airflow_provider_delta.watermarks import (
 WATCHER_STATE_KEY = "delta_announced_version"
 PROGRESS_LOG_SECONDS = 60.0
 MIN_NEW_VERSIONS_FIX = "give how many new versions to wait for: 1 or more"
+# The trigger's parameters, as serialize() hands them to the triggerer.
+_SERIALIZED = ("table_uri", "start_version", "initial", "min_new_versions", "poll_interval",
+               "delta_conn_id", "timeout_at", "fire_once", "state_key", "max_backoff")
 
 
 class DeltaVersionTrigger(BaseEventTrigger):
@@ -120,25 +123,12 @@ class DeltaVersionTrigger(BaseEventTrigger):
         self.fire_once = fire_once
         self.state_key = state_key
         self.max_backoff = max_backoff
-        self._info_logged_at = float("-inf")
+        self._progress = ProgressPace()
         self._shared_by_assets = False  # several assets watch through this one trigger
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (
-            f"{type(self).__module__}.{type(self).__qualname__}",
-            {
-                "table_uri": self.table_uri,
-                "start_version": self.start_version,
-                "initial": self.initial,
-                "min_new_versions": self.min_new_versions,
-                "poll_interval": self.poll_interval,
-                "delta_conn_id": self.delta_conn_id,
-                "timeout_at": self.timeout_at,
-                "fire_once": self.fire_once,
-                "state_key": self.state_key,
-                "max_backoff": self.max_backoff,
-            },
-        )
+        return (f"{type(self).__module__}.{type(self).__qualname__}",
+                {name: getattr(self, name) for name in _SERIALIZED})
 
     def shared_stream_key(self) -> Hashable | None:
         """Watchers with equal keys share one stream in Airflow's triggerer (Airflow >= 3.3).
@@ -187,8 +177,9 @@ class DeltaVersionTrigger(BaseEventTrigger):
                 yield self._error_event(found)
                 return
             if found is None:
-                yield TriggerEvent({"status": "timeout", "table_uri": self.table_uri,
-                                    "message": self._timeout_message(start.version)})
+                yield TriggerEvent({"status": "timeout", "table_uri": self.table_uri, "message": (
+                    f"{self.table_uri}: no {self.min_new_versions} new version(s) from version "
+                    f"{start.version} before the sensor's timeout.")})
                 return
             async for event in self._announce(found, "changes", probe):
                 yield event
@@ -243,7 +234,7 @@ class DeltaVersionTrigger(BaseEventTrigger):
             return None
         return probe.new_range(start_version, found.latest, self.min_new_versions,
                                latest_commit_timestamp=found.latest_commit_timestamp,
-                               quiet=not self._progress_log_due())
+                               quiet=not self._progress.due())
 
     def _unless_retried(self, err: DeltaProviderError, failures: int) -> DeltaProviderError | None:
         """``err`` if it ends the wait; None (after logging) if the polls carry on."""
@@ -274,36 +265,24 @@ class DeltaVersionTrigger(BaseEventTrigger):
             try:
                 return await step(probe)
             except DeltaProviderError as err:
-                if self._waits_for_table(err):
-                    self._log_progress("%s (a watcher waits for the table to be created)", err)
-                    await asyncio.sleep(self.poll_interval)
-                    continue
-                if err.permanent:
+                waits = self._waits_for_table(err)
+                failures += not waits
+                if self._unless_retried(err, failures) is not None:
                     raise
-                failures += 1
-                self.log.warning("%s (attempt %d); retrying with backoff", err, failures)
-                await asyncio.sleep(self._next_wait(failures))
+                await asyncio.sleep(self.poll_interval if waits else self._next_wait(failures))
 
     def _waits_for_table(self, err: DeltaProviderError) -> bool:
         """A watcher may be set up before its table: a missing table is then worth waiting for."""
         return not self.fire_once and isinstance(err, TableNotFoundError)
 
-    def _progress_log_due(self) -> bool:
-        """True at most once per :data:`PROGRESS_LOG_SECONDS`: the INFO line's turn."""
-        now = time.monotonic()
-        if now - self._info_logged_at < PROGRESS_LOG_SECONDS:
-            return False
-        self._info_logged_at = now
-        return True
-
     def _log_progress(self, message: str, *args: object) -> None:
         """``message`` at INFO at most once a minute, else at DEBUG."""
-        self.log.log(logging.INFO if self._progress_log_due() else logging.DEBUG, message, *args)
+        self.log.log(logging.INFO if self._progress.due() else logging.DEBUG, message, *args)
 
     def _check(self, probe: VersionProbe, start_version: int) -> VersionRange | None:
         latest = probe.latest(since=start_version - 1 if start_version > 0 else None)
         return probe.new_range(start_version, latest, self.min_new_versions,
-                               quiet=not self._progress_log_due())
+                               quiet=not self._progress.due())
 
     def _timed_out(self) -> bool:
         return self.timeout_at is not None and time.time() >= self.timeout_at
@@ -348,11 +327,20 @@ class DeltaVersionTrigger(BaseEventTrigger):
     def _error_event(self, err: DeltaProviderError) -> TriggerEvent:
         return TriggerEvent({"status": "error", "table_uri": self.table_uri, "message": str(err)})
 
-    def _timeout_message(self, start_version: int) -> str:
-        return (
-            f"{self.table_uri}: no {self.min_new_versions} new version(s) from version "
-            f"{start_version} before the sensor's timeout."
-        )
+
+class ProgressPace:
+    """A trigger's INFO progress line comes at most once per :data:`PROGRESS_LOG_SECONDS`."""
+
+    def __init__(self) -> None:
+        self._logged_at = float("-inf")
+
+    def due(self) -> bool:
+        """True when the INFO line's turn has come (and it is taken)."""
+        now = time.monotonic()
+        if now - self._logged_at < PROGRESS_LOG_SECONDS:
+            return False
+        self._logged_at = now
+        return True
 
 
 async def open_probe(table_uri: str, delta_conn_id: str | None) -> VersionProbe:
