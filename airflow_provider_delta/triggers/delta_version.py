@@ -103,16 +103,7 @@ class DeltaVersionTrigger(BaseEventTrigger):
         max_backoff: float = 600.0,
     ):
         super().__init__()
-        if not fire_once:  # only a deferred sensor's trigger runs on Airflow 2
-            require_airflow(ASSET_WATCHER, "poll with DeltaVersionSensor (deferrable=True) on a "
-                            "schedule instead", table_uri=table_uri)
-        if min_new_versions < 1:
-            raise InvalidParameterError(None, "min_new_versions", min_new_versions, "is below 1",
-                                        MIN_NEW_VERSIONS_FIX, table_uri)
-        if poll_interval <= 0:
-            raise InvalidParameterError(None, "poll_interval", poll_interval,
-                                        "is not above 0 seconds",
-                                        "give the seconds between two looks at the log", table_uri)
+        _check_settings(table_uri, min_new_versions, poll_interval, fire_once)
         self.table_uri = table_uri
         self.start_version = start_version
         self.initial = validate_initial(initial, table_uri)
@@ -326,6 +317,21 @@ class DeltaVersionTrigger(BaseEventTrigger):
 
     def _error_event(self, err: DeltaProviderError) -> TriggerEvent:
         return TriggerEvent({"status": "error", "table_uri": self.table_uri, "message": str(err)})
+
+
+def _check_settings(table_uri: str, min_new_versions: int, poll_interval: float,
+                    fire_once: bool) -> None:
+    """Refuse, at construction, settings a trigger cannot run with."""
+    if not fire_once:  # only a deferred sensor's trigger runs on Airflow 2
+        require_airflow(ASSET_WATCHER, "poll with DeltaVersionSensor (deferrable=True) on a "
+                        "schedule instead", table_uri=table_uri)
+    if min_new_versions < 1:
+        raise InvalidParameterError(None, "min_new_versions", min_new_versions, "is below 1",
+                                    MIN_NEW_VERSIONS_FIX, table_uri)
+    if poll_interval <= 0:
+        raise InvalidParameterError(None, "poll_interval", poll_interval,
+                                    "is not above 0 seconds",
+                                    "give the seconds between two looks at the log", table_uri)
 
 
 class ProgressPace:
