@@ -65,10 +65,12 @@ def file_index_sql(spark_paths: pa.Array, message: str) -> str:
 def constant_sql(values: list, field: StructField, index: str) -> str | None:
     """SQL for the value of ``field`` at each row's file position ``index`` among ``values``
     (one per file), or None if a value has no literal here."""
-    literals = [literal(value, field.dataType) for value in values]
+    literals = [literal(value, field.dataType) for value in [None, *values]]
     if None in literals:
         return None
-    return f"element_at(array({', '.join(literals)}), {index} + 1)"
+    # the leading NULL keeps the column nullable, as every result column is (an array of
+    # non-null literals would make it NOT NULL, and a sink would then refuse later nulls)
+    return f"element_at(array({', '.join(literals)}), {index} + 2)"
 
 
 def literal(value: object, data_type: DataType) -> str | None:

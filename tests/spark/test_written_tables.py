@@ -83,3 +83,13 @@ def test_five_thousand_small_files(spark, tmp_path, assert_same_rows):
     write_deltalake(path, table.slice(10), partition_by=["bucket"], mode="append")
     df = read_changes(spark, path, 0, 1)
     assert_same_rows(spark_rows(df), table_rows(table))
+
+
+def test_partition_values_looked_up_by_file_stay_nullable(spark, tmp_path):
+    """Small plans get partition values from SQL literals; a column of non-null literals would
+    be NOT NULL, and a sink would then refuse a later batch's nulls."""
+    path = str(tmp_path / "t")
+    write_deltalake(path, pa.table({"id": [1], "part": ["a"]}), partition_by=["part"])
+    df = read_changes(spark, path, 0, 0)
+    assert [(f.name, f.nullable) for f in df.schema.fields] == [("id", True), ("part", True)]
+    assert spark_rows(df) == table_rows(pa.table({"id": [1], "part": ["a"]}))
