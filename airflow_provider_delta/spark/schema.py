@@ -86,7 +86,7 @@ def to_logical_sql(metadata: TableMetadata) -> list[str] | None:
     for logical, table_field in zip(
         data_schema(metadata).fields, _data_fields(metadata), strict=True
     ):
-        source = physical[physical_name(table_field, mode)]
+        source = physical[physical_name(table_field.jsonValue(), mode)]
         if source.dataType.simpleString() != logical.dataType.simpleString():
             return None
         expressions.append(quoted(source.name) if source.name == logical.name
