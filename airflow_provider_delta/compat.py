@@ -41,7 +41,7 @@ __all__ = [
     "AIRFLOW_VERSION", "AirflowNotFoundException", "AirflowSensorTimeout", "Asset", "BaseEventTrigger",
     "BaseHook", "BaseOperatorLink", "BaseSensorOperator", "PokeReturnValue", "TriggerEvent",
     "Variable", "aget_connection", "amask_secret", "asset", "conf", "first_reschedule_date",
-    "get_current_context", "mask_secret", "require_airflow", "trigger_asset_state",
+    "get_current_context", "mask_secret", "require_airflow", "trigger_asset_state", "variable_key",
 ]
 
 _INSTALLED = Version(Version(AIRFLOW_VERSION).base_version)
@@ -77,6 +77,15 @@ def asset(uri: str) -> Any:
     if airflow_at_least("3.0.0"):
         return Asset(uri=uri, name=uri)
     return Asset(uri=uri)
+
+
+def variable_key(key: str) -> str:
+    """The name a task can read and write the Variable ``key`` under. Airflow 3.0's execution
+    API routes a Variable key only up to its first "/" (a 404 for ``name:/path``; 3.1 takes the
+    whole path), so there each "/" is stored as "|"."""
+    if airflow_at_least("3.0.0") and not airflow_at_least("3.1.0"):
+        return key.replace("/", "|")
+    return key
 
 
 async def aget_connection(conn_id: str) -> Connection:

@@ -178,7 +178,8 @@ class XComWatermarkStore(WatermarkStore):
 
 
 class VariableWatermarkStore(WatermarkStore):
-    """Watermark in the Airflow Variable ``<key>:<table_uri>``, one per (consumer, table).
+    """Watermark in the Airflow Variable ``<key>:<table_uri>`` (each "/" as "|" on Airflow 3.0:
+    :func:`~airflow_provider_delta.compat.variable_key`), one per (consumer, table).
 
     One Variable per table: two tasks writing the watermarks of two tables never
     read-modify-write the same Variable, so neither can undo the other's write. The older
@@ -187,8 +188,10 @@ class VariableWatermarkStore(WatermarkStore):
     """
 
     def __init__(self, *, key: str, table_uri: str):
+        from airflow_provider_delta.compat import variable_key
+
         super().__init__(key=key, table_uri=table_uri)
-        self.variable = f"{key}:{table_uri}"
+        self.variable = variable_key(f"{key}:{table_uri}")
         if len(self.variable) > VARIABLE_KEY_LIMIT:
             raise WatermarkError(
                 f"{table_uri}: the watermark Variable {self.variable!r} would be longer than "
