@@ -21,21 +21,21 @@ from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.transaction import AddAction, create_table_with_add_actions
 
 from airflow_provider_delta.errors import SinkCommitConflictError
-from airflow_provider_delta.job.sinks.base import Sink, SinkWrite
+from airflow_provider_delta.job.sinks.base import SinkWrite
+from airflow_provider_delta.job.sinks.delta_target import DeltaTargetSink
 from airflow_provider_delta.job.sinks.delta_schema import (
     add_new_columns, arrow_schema, check_rows, delta_schema, new_columns,
 )
 from airflow_provider_delta.job.sinks.target_log import (
-    COMMIT_ATTEMPTS, TargetLog, open_target, require_app_id,
+    COMMIT_ATTEMPTS, TargetLog, open_target,
 )
 from airflow_provider_delta.job.sinks.targets import (
-    STAGING_FOLDER, refuse_delta_target, refuse_source_table_id,
+    STAGING_FOLDER,
 )
 from airflow_provider_delta.job.sinks.written_files import (
     PARQUET_TIMESTAMPS, written_parquet_files,
 )
-from airflow_provider_delta.job.spec import SinkSpec
-from airflow_provider_delta.storage import list_files, open_store, spark_uri, to_uri
+from airflow_provider_delta.storage import list_files, open_store, spark_uri
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -45,36 +45,13 @@ log = logging.getLogger(__name__)
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 
 
-class DeltaAppendSink(Sink):
-    """Append to a Delta table, exactly once per ``(app_id, source version)``.
-
-    The target is opened once per job and brought up to date (only the commits since the last
-    look) before each question on its log and each commit attempt.
+class DeltaAppendSink(DeltaTargetSink):
+    """Append to a Delta table, exactly once per ``(app_id, source version)``; the target is
+    brought up to date before each commit attempt too.
     """
-
-    def __init__(self, spec: SinkSpec):
-        require_app_id(spec)
-        self.spec = spec
-        self.uri = to_uri(spec.path)
-        self._target = TargetLog(spec)
-
-    def committed_version(self) -> int | None:
-        return self._target.latest().committed_version()
-
-    def held_through(self, first: int | None) -> int | None:
-        return self._target.latest().held_through(first)
 
     def first_unwritten(self, start: int, end: int | None) -> int:
         return self._target.latest().first_unwritten(start, end)
-
-    def check_target(self, source_uri: str) -> None:
-        """Not the source's location, not a file, not a folder of files of another kind."""
-        refuse_delta_target(source_uri, self.uri, self.spec.storage_options,
-                            lambda: self._target.latest().version)  # no deltalake handle
-
-    def check_not_source(self, source_uri: str, source_table_id: str) -> None:
-        refuse_source_table_id(self.uri, self._target.latest().table_id, source_uri,
-                               source_table_id)
 
     def check(self, df: DataFrame) -> None:
         """Compare names, types and partitioning with the target, if it exists; start opening

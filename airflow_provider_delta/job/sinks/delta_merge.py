@@ -28,14 +28,13 @@ from deltalake.transaction import CommitProperties, PostCommitHookProperties
 
 from airflow_provider_delta.core.change_feed import CHANGE_TYPE, COMMIT_VERSION, FEED_COLUMNS
 from airflow_provider_delta.errors import MergeInputError, SinkCommitConflictError
-from airflow_provider_delta.job.sinks.base import Sink, SinkWrite
+from airflow_provider_delta.job.sinks.base import SinkWrite
+from airflow_provider_delta.job.sinks.delta_target import DeltaTargetSink
 from airflow_provider_delta.job.sinks.delta_schema import add_new_columns, check_rows, check_schema
 from airflow_provider_delta.job.sinks.target_log import (
-    COMMIT_ATTEMPTS, TargetLog, open_target, require_app_id,
+    COMMIT_ATTEMPTS, TargetLog, open_target,
 )
-from airflow_provider_delta.job.sinks.targets import refuse_delta_target, refuse_source_table_id
 from airflow_provider_delta.job.spec import SinkSpec
-from airflow_provider_delta.storage import to_uri
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -50,7 +49,7 @@ _OPERATION = "__delta_provider_merge_operation"
 _UPSERT, _DELETE = "upsert", "delete"
 
 
-class DeltaMergeSink(Sink):
+class DeltaMergeSink(DeltaTargetSink):
     """Keep a Delta table equal to its source by applying the source's change feed.
 
     The target is opened once per job and brought up to date (reading only the commits since
@@ -58,21 +57,12 @@ class DeltaMergeSink(Sink):
     """
 
     def __init__(self, spec: SinkSpec):
-        require_app_id(spec)
-        self.spec = spec
-        self.uri = to_uri(spec.path)
+        super().__init__(spec)
         self.keys = list(spec.merge_keys)
-        self._target = TargetLog(spec)
         self._resume_looked_up_at: int | None = None  # target version first_unwritten read
 
     def _table(self) -> DeltaTable | None:
         return self._target.current()
-
-    def committed_version(self) -> int | None:
-        return self._target.latest().committed_version()
-
-    def held_through(self, first: int | None) -> int | None:
-        return self._target.latest().held_through(first)
 
     def first_unwritten(self, start: int, end: int | None) -> int:
         target = self._target.latest()
@@ -85,14 +75,6 @@ class DeltaMergeSink(Sink):
         if target.version == self._resume_looked_up_at:
             return False
         return target.holds_batch(start, end)
-
-    def check_target(self, source_uri: str) -> None:
-        refuse_delta_target(source_uri, self.uri, self.spec.storage_options,
-                            lambda: self._target.latest().version)  # no deltalake handle
-
-    def check_not_source(self, source_uri: str, source_table_id: str) -> None:
-        refuse_source_table_id(self.uri, self._target.latest().table_id, source_uri,
-                               source_table_id)
 
     def check(self, df: DataFrame) -> None:
         self._check_feed_columns(df.columns)
