@@ -71,7 +71,10 @@ def run_job(spark: SparkSession, spec: JobSpec) -> JobResult:
 
 def configure_s3a(spark: SparkSession, spec: JobSpec) -> None:
     """Spark's S3A settings for the source's and the target's buckets, from their storage
-    options (on the job's session, never on a command line)."""
+    options (on the job's session, never on a command line). Without a session (every batch
+    read on the driver) there is nothing to set."""
+    if spark is None:
+        return
     for uri, options in ((spec.table_uri, spec.storage_options),
                          (spec.sink.path, spec.sink.storage_options)):
         for key, value in (s3a_settings(uri, options) if uri else {}).items():
