@@ -35,8 +35,12 @@ def _rows(uri: str, options: dict, version: int | None = None) -> Counter:
 
     local, store = Path(tempfile.mkdtemp()), open_store(uri, options)
     for meta in list_files(uri, "", options):
+        try:
+            data = bytes(obstore.get(store, meta["path"]).bytes())
+        except FileNotFoundError:
+            continue  # a folder marker S3A left (listed without its "/"): no file of the table
         (local / meta["path"]).parent.mkdir(parents=True, exist_ok=True)
-        (local / meta["path"]).write_bytes(bytes(obstore.get(store, meta["path"]).bytes()))
+        (local / meta["path"]).write_bytes(data)
     table = DeltaTable(str(local), version=version)
     result = QueryBuilder().register("t", table).execute("select * from t").read_all()
     return Counter(zip(*(result.column(i).to_pylist() for i in range(result.num_columns))))
