@@ -104,7 +104,7 @@ def _row_of(records: list[tuple[Any, dict[str, Any]]]) -> dict[str, Any]:
         "lag_history": [{"run_id": x.run_id, "end_date": r["end_date"],
                          "lag_versions": r.get("lag_versions_before", 0)}
                         for x, r in reversed(records[:HISTORY_RUNS])],
-        "_conn_id": newest.get("delta_conn_id"),  # used to probe, removed before answering
+        "_probe_connection": newest.get("delta_conn_id"),  # used to probe, removed before answering
         "_recorded_watermark": last and last["end_version"],
     }
 
@@ -158,10 +158,10 @@ def _probe(row: dict[str, Any]) -> tuple[int, float]:
     from airflow_provider_delta.core.versions import newest_version
 
     options = None
-    if row["_conn_id"]:
+    if row["_probe_connection"]:
         from airflow_provider_delta.hooks.delta import DeltaHook
 
-        options = DeltaHook(row["_conn_id"]).get_storage_options()
+        options = DeltaHook(row["_probe_connection"]).get_storage_options()
     probe = VersionProbe(row["table_uri"], options)
     latest = newest_version(probe.location, row["watermark"])
     return latest, lag_seconds(probe, row["watermark"], latest)
