@@ -17,17 +17,9 @@ from deltalake import DeltaTable
 from airflow_provider_delta.core import commit_timestamp
 from airflow_provider_delta.triggers import DeltaVersionTrigger
 from airflow_provider_delta.triggers.delta_version import WATCHER_STATE_KEY
+from tests.processes import stop, wait_for
 
 pytestmark = pytest.mark.slow  # starts a triggerer process
-
-
-def wait_for(condition, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if result := condition():
-            return result
-        time.sleep(0.25)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def asset_events(asset_name: str) -> list[dict]:
@@ -93,12 +85,7 @@ def triggerer(airflow_db, tmp_path):
         stdout=log_file, stderr=subprocess.STDOUT, env=env,
     )
     yield process
-    process.terminate()
-    try:
-        process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
+    stop(process)
     log_file.close()
 
 

@@ -21,6 +21,7 @@ from airflow.sdk import DAG
 from airflow_provider_delta.freshness import LOAD_RECORD_KEY, table_tag
 from airflow_provider_delta.operators import DeltaIncrementalOperator
 from airflow_provider_delta.sensors import DeltaVersionSensor
+from tests.processes import stop
 
 from .conftest import SPARK_CONF, append_rows
 from .headless_chromium import HeadlessChromium
@@ -69,12 +70,7 @@ def api_server(folder: Path):
                 time.sleep(0.5)
         yield url
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        stop(server)
         log.close()
 
 

@@ -19,7 +19,6 @@ import shutil
 import subprocess
 import sys
 import threading
-import time
 from collections import Counter
 from datetime import datetime
 from pathlib import Path
@@ -31,6 +30,7 @@ from deltalake import DeltaTable, QueryBuilder, write_deltalake
 import airflow_provider_delta
 from airflow_provider_delta.compat import AIRFLOW_VERSION, airflow_at_least, variable_key
 from airflow_provider_delta.errors import AirflowVersionError
+from tests.processes import stop, wait_for
 
 HERE = Path(__file__).resolve().parent
 SPARK_CONF = {"spark.ui.enabled": "false", "spark.log.level": "WARN",
@@ -269,12 +269,7 @@ def triggerer(user_env, tmp_path):
         wait_for(lambda: triggerer_heartbeats(process.pid), 300, "the triggerer to heartbeat")
         yield log
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop(process, timeout=60)
 
 
 def triggerer_heartbeats(pid: int) -> bool:
@@ -286,15 +281,6 @@ def triggerer_heartbeats(pid: int) -> bool:
         return session.scalar(select(Job.id).where(
             Job.job_type == "TriggererJob", Job.state == "running", Job.latest_heartbeat.isnot(None),
         )) is not None and Path(f"/proc/{pid}").exists()
-
-
-def wait_for(condition, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if result := condition():
-            return result
-        time.sleep(0.25)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def sensor_deferred(dag_id: str) -> bool:
