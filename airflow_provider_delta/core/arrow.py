@@ -18,6 +18,7 @@ import pyarrow as pa
 _BOOL = np.dtype(bool)
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 _EPOCH_DATE = dt.date(1970, 1, 1)
+_SCAN_WINDOW = 1 << 22  # bytes of string data compared at a time by holds_character
 
 
 def from_numpy(values: np.ndarray, valid: np.ndarray | None = None) -> pa.Array:
@@ -31,10 +32,17 @@ def from_numpy(values: np.ndarray, valid: np.ndarray | None = None) -> pa.Array:
                                  [validity, pa.py_buffer(values)])
 
 
+def combined(array: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """One array of a column's values: its lone chunk as it is (``combine_chunks`` copies
+    even that), several chunks concatenated."""
+    if isinstance(array, pa.Array):
+        return array
+    return array.chunk(0) if array.num_chunks == 1 else array.combine_chunks()
+
+
 def to_numpy(array: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """The values of an integer, float or boolean Arrow array without nulls (read-only)."""
-    if isinstance(array, pa.ChunkedArray):
-        array = array.combine_chunks()
+    array = combined(array)
     if array.null_count:
         raise ValueError(f"{array.null_count} nulls in an array that should have none")
     data = array.buffers()[1]
@@ -78,6 +86,41 @@ def _integers(array: pa.Array) -> list[int]:
 def full(length: int, value: int | bool, dtype: type = np.int64) -> pa.Array:
     """``length`` copies of ``value``."""
     return from_numpy(np.full(length, value, dtype))
+
+
+def nulls(type_: pa.DataType, length: int) -> pa.Array:
+    """``length`` nulls of ``type_``, every buffer (a struct's children's too) a view of one
+    zeroed allocation that the OS maps only when read: ``pa.nulls`` fills a buffer per child
+    (31 MiB for a million absent deletion vectors)."""
+    zeros = pa.py_buffer(np.zeros(8 * (length + 1), np.uint8))  # calloc: untouched pages
+    return _null_array(type_, length, zeros)
+
+
+def _null_array(type_: pa.DataType, length: int, zeros: pa.Buffer) -> pa.Array:
+    if pa.types.is_struct(type_):
+        children = [_null_array(f.type, length, zeros) for f in type_]
+        return pa.Array.from_buffers(type_, length, [zeros], null_count=length,
+                                     children=children)
+    if pa.types.is_string(type_) or pa.types.is_binary(type_):
+        return pa.Array.from_buffers(type_, length, [zeros, zeros, zeros[:0]],
+                                     null_count=length)
+    if pa.types.is_boolean(type_) or pa.types.is_integer(type_) or pa.types.is_floating(type_):
+        return pa.Array.from_buffers(type_, length, [zeros, zeros], null_count=length)
+    return pa.nulls(length, type_)
+
+
+def holds_character(array: pa.Array, character: str) -> bool:
+    """Whether a string array may hold the ASCII ``character``: one scan of its data,
+    twenty times quicker than ``match_substring`` (a null's bytes count too)."""
+    _, offsets, data = array.buffers()[:3]
+    if data is None or not len(array):
+        return False
+    width = np.int64 if pa.types.is_large_string(array.type) else np.int32
+    low, high = np.frombuffer(offsets, width)[[array.offset, array.offset + len(array)]]
+    values = np.frombuffer(data, np.uint8)[low:high]
+    code = ord(character)
+    return any((values[start:start + _SCAN_WINDOW] == code).any()
+               for start in range(0, len(values), _SCAN_WINDOW))
 
 
 def strings(values: Sequence[str | None]) -> pa.Array:

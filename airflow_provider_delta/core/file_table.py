@@ -15,8 +15,10 @@ deletion vectors one by one.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import io
-from collections.abc import Iterable, Mapping, Sequence
+import json
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 from urllib.parse import unquote
 
@@ -28,7 +30,9 @@ import pyarrow.json as pj
 from airflow_provider_delta.core.actions import (
     parse_partition_value, partition_keys, widen_partition_value,
 )
-from airflow_provider_delta.core.arrow import from_numpy, full, scalar, strings, to_numpy
+from airflow_provider_delta.core.arrow import (
+    combined, from_numpy, full, holds_character, nulls, scalar, strings, to_numpy,
+)
 from airflow_provider_delta.core.model import TableMetadata
 from airflow_provider_delta.core.delta_log import TableLocation
 
@@ -43,6 +47,8 @@ RAW_SCHEMA = pa.schema([
 ])
 # the fields of an add/remove struct in a checkpoint that planning reads
 CHECKPOINT_FIELDS = ("path", "size", "stats", "partitionValues", "deletionVector")
+# rows of file actions converted at a time where a plan is big (a snapshot's checkpoint)
+CHUNK_ROWS = 1 << 16
 # the columns of a plan's file table
 PLAN_COLUMNS = ("version", "path", "size", "num_records", "deletion_vector", "partition_values")
 DV_TYPE = pa.struct([
@@ -50,6 +56,8 @@ DV_TYPE = pa.struct([
     ("size_in_bytes", pa.int64()), ("cardinality", pa.int64()), ("offset", pa.int64()),
 ])
 _NUM_RECORDS = r'"numRecords"\s*:\s*(?P<n>\d+)'
+# the statistics writers put numRecords first in: matched anchored, several times faster
+_LEADING_NUM_RECORDS = r'^\{"numRecords":(?P<n>\d+)'
 _JSON_BLOCK = 1 << 20  # bytes of JSON lines Arrow parses per block
 _PRIMITIVE_TYPES = {
     "string": pa.string(), "long": pa.int64(), "integer": pa.int32(), "short": pa.int16(),
@@ -157,8 +165,9 @@ def raw_checkpoint_adds(struct: pa.StructArray, version: int) -> pa.Table:
                "data_change": full(length, True, bool)}
     for name in CHECKPOINT_FIELDS:
         target = pa.string() if name == "stats" else RAW_SCHEMA.field(name).type
-        columns[name] = (present.field(name).cast(target) if name in names
-                         else pa.nulls(length, target))
+        value = present.field(name) if name in names else None
+        columns[name] = (value.cast(target) if value is not None and value.null_count < length
+                         else nulls(target, length))
     columns["size"] = columns["size"].fill_null(scalar(0))
     columns["num_records"] = num_records(columns.pop("stats"))
     return pa.table(columns, schema=RAW_SCHEMA)
@@ -176,9 +185,30 @@ def _struct_to_map(values: pa.StructArray) -> pa.MapArray:
     return pa.MapArray.from_arrays(offsets, keys, items)
 
 
-def num_records(stats: pa.Array) -> pa.Array:
-    """``numRecords`` from statistics JSON, without parsing the column statistics."""
-    return pc.struct_field(pc.extract_regex(stats, _NUM_RECORDS), "n").cast(pa.int64())
+def num_records(stats: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """``numRecords`` from statistics JSON, without parsing the column statistics (only
+    statistics naming the key twice, as a column named ``numRecords`` does, are parsed)."""
+    if isinstance(stats, pa.ChunkedArray):
+        return pa.chunked_array([num_records(chunk) for chunk in stats.chunks], pa.int64())
+    leading = pc.struct_field(pc.extract_regex(stats, _LEADING_NUM_RECORDS), "n")
+    missed = pc.and_(leading.is_null(), stats.is_valid())
+    if not pc.any(missed).as_py():
+        return leading.cast(pa.int64())
+    found = pc.struct_field(pc.extract_regex(stats, _NUM_RECORDS), "n")
+    named_twice = pc.greater(pc.count_substring(stats, '"numRecords"'), scalar(1))
+    nested = pc.and_kleene(missed, named_twice)
+    if pc.any(nested).as_py():
+        top_level = [_top_level_num_records(text) for text in stats.filter(nested).to_pylist()]
+        found = pc.replace_with_mask(found, nested, strings(top_level))
+    return pc.if_else(missed, found, leading).cast(pa.int64())
+
+
+def _top_level_num_records(stats: str) -> str | None:
+    try:
+        value = json.loads(stats).get("numRecords")
+    except (ValueError, AttributeError):
+        return None
+    return None if value is None else str(value)
 
 
 def empty_raw_actions() -> pa.Table:
@@ -188,8 +218,8 @@ def empty_raw_actions() -> pa.Table:
 def file_keys(raw: pa.Table) -> pa.Array:
     """Each action's logical-file identity: decoded path, plus the deletion vector's unique
     id when it has one (Delta's (path, dvId) key)."""
-    paths = decoded_paths(raw.column("path").combine_chunks())
-    vector = raw.column("deletionVector").combine_chunks()
+    paths = decoded_paths(combined(raw.column("path")))
+    vector = combined(raw.column("deletionVector"))
     if vector.null_count == len(vector):
         return paths
     offset = vector.field("offset").cast(pa.string())
@@ -201,14 +231,15 @@ def file_keys(raw: pa.Table) -> pa.Array:
                       pc.binary_join_element_wise(paths, dv_id, scalar("\x00")))
 
 
-def live_adds(checkpoint_adds: pa.Table, commit_actions: pa.Table) -> pa.Table:
-    """The AddFiles live after the checkpoint's adds and then the commits' actions, in order.
+def live_adds(checkpoint_adds: list[pa.Table], commit_actions: pa.Table
+              ) -> Iterator[pa.Table]:
+    """The AddFiles live after the checkpoint's adds and then the commits' actions, in order,
+    a chunk at a time: each checkpoint chunk is taken out of ``checkpoint_adds`` as it is
+    yielded, so that a caller converting chunk by chunk holds one form of each file at a time.
 
     The last action on a (path, dvId) key wins: a checkpoint add is live unless a commit acts
     on its key, and a commit add is live unless a later commit action has its key.
     """
-    if not len(commit_actions):
-        return checkpoint_adds
     commit_keys = file_keys(commit_actions)
     winners = pc.equal(commit_actions.column("kind"), scalar("add"))
     if pc.count_distinct(commit_keys).as_py() < len(commit_keys):
@@ -216,8 +247,23 @@ def live_adds(checkpoint_adds: pa.Table, commit_actions: pa.Table) -> pa.Table:
         last = np.zeros(len(codes), bool)
         last[len(codes) - 1 - np.unique(codes[::-1], return_index=True)[1]] = True
         winners = pc.and_(from_numpy(last), winners)
-    survivors = pc.invert(pc.is_in(file_keys(checkpoint_adds), value_set=commit_keys))
-    return pa.concat_tables([checkpoint_adds.filter(survivors), commit_actions.filter(winners)])
+    acted_on = None
+    if len(commit_keys) and checkpoint_adds:  # one lookup, one hash table of the commits' keys
+        keys = pa.chunked_array([file_keys(chunk) for chunk in checkpoint_adds], pa.string())
+        acted_on = pc.is_in(keys, value_set=commit_keys).combine_chunks()
+        del keys  # views of the chunks' paths, which must go as each chunk is yielded
+    row = 0
+    while checkpoint_adds:
+        chunk = checkpoint_adds.pop(0)
+        if acted_on is not None:
+            gone = acted_on.slice(row, len(chunk))
+            row += len(chunk)
+            if pc.any(gone).as_py():
+                chunk = chunk.filter(pc.invert(gone))
+        yield chunk
+    live = commit_actions.filter(winners)
+    yield from [live.slice(start, CHUNK_ROWS) for start in range(0, len(live), CHUNK_ROWS)
+                ] or [live]
 
 
 # -- the file table ------------------------------------------------------------------------
@@ -228,7 +274,7 @@ def file_table(raw: pa.Table, location: TableLocation, metadata_changes: Mapping
     taking effect at each version, which types the partition values of the files from then on."""
     return pa.table({
         "version": raw.column("version"),
-        "path": resolved_paths(raw.column("path").combine_chunks(), location),
+        "path": resolved_paths(combined(raw.column("path")), location),
         "size": raw.column("size"),
         "num_records": raw.column("num_records"),
         "deletion_vector": resolved_deletion_vectors(raw.column("deletionVector"), location),
@@ -238,9 +284,9 @@ def file_table(raw: pa.Table, location: TableLocation, metadata_changes: Mapping
 
 def decoded_paths(paths: pa.Array) -> pa.Array:
     """URI-decoded paths; only paths holding ``%`` go through Python."""
-    encoded = pc.match_substring(paths, "%")
-    if not pc.any(encoded).as_py():
+    if not holds_character(paths, "%"):
         return paths
+    encoded = pc.match_substring(paths, "%")
     decoded = [unquote(p) for p in paths.filter(encoded).to_pylist()]
     return pc.replace_with_mask(paths, encoded, strings(decoded))
 
@@ -248,7 +294,9 @@ def decoded_paths(paths: pa.Array) -> pa.Array:
 def resolved_paths(paths: pa.Array, location: TableLocation) -> pa.Array:
     """Log paths as absolute decoded URIs (:meth:`TableLocation.resolve`, column-wise)."""
     decoded = decoded_paths(paths)
-    absolute = pc.or_(pc.match_substring(paths, ":"), pc.starts_with(decoded, "/"))
+    absolute = pc.starts_with(decoded, "/")
+    if holds_character(paths, ":"):
+        absolute = pc.or_(pc.match_substring(paths, ":"), absolute)
     joined = pc.binary_join_element_wise(scalar(location.root_uri), decoded, scalar("/"))
     if not pc.any(absolute).as_py():
         return joined
@@ -259,11 +307,10 @@ def resolved_paths(paths: pa.Array, location: TableLocation) -> pa.Array:
 def resolved_deletion_vectors(raw: pa.ChunkedArray | pa.StructArray, location: TableLocation
                               ) -> pa.Array:
     """Deletion vectors of raw actions as the file table has them, absolute paths resolved."""
-    if isinstance(raw, pa.ChunkedArray):
-        raw = raw.combine_chunks()
+    raw = combined(raw)
     present = raw.is_valid()
     if not pc.any(present).as_py():
-        return pa.nulls(len(raw), DV_TYPE)
+        return nulls(DV_TYPE, len(raw))
     storage = raw.field("storageType")
     path_or_inline = raw.field("pathOrInlineDv")
     absolute = pc.fill_null(pc.equal(storage, scalar("p")), scalar(False))
@@ -293,7 +340,7 @@ def _partition_values(raw: pa.Table, metadata_changes: Mapping[int, TableMetadat
     starts = sorted(metadata_changes)
     versions = to_numpy(raw.column("version"))
     segment = np.maximum(np.searchsorted(np.array(starts), versions, side="right") - 1, 0)
-    values = raw.column("partitionValues").combine_chunks()
+    values = combined(raw.column("partitionValues"))
     if not len(raw) or (segment == segment[0]).all():
         start = starts[segment[0]] if len(raw) else starts[-1]
         return _typed_struct(values, metadata_changes[start], end_types)
@@ -323,9 +370,13 @@ def _typed(values: pa.MapArray, physical: str, logical: str, type_name: str,
         raw = pc.coalesce(raw, _map_value(values, logical))
     encoded = raw.cast(pa.string()).dictionary_encode()
     end_name = _delta_name(end_type)
-    parsed = [widen_partition_value(parse_partition_value(v, type_name), end_name)
-              for v in encoded.dictionary.to_pylist()]
-    return _from_text([_text(v) for v in parsed], end_type).take(encoded.indices)
+    texts = [_partition_text(v, type_name, end_name) for v in encoded.dictionary.to_pylist()]
+    return _from_text(texts, end_type).take(encoded.indices)
+
+
+@functools.lru_cache(maxsize=1 << 14)  # a big plan's chunks repeat the same few values
+def _partition_text(raw: str | None, type_name: str, end_name: str) -> str | None:
+    return _text(widen_partition_value(parse_partition_value(raw, type_name), end_name))
 
 
 def _text(value: Any) -> str | None:

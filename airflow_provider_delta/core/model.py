@@ -14,7 +14,7 @@ from typing import Any, Literal, NamedTuple
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_provider_delta.core.arrow import to_python
+from airflow_provider_delta.core.arrow import combined, to_python
 
 
 class LoadStart(NamedTuple):
@@ -105,7 +105,7 @@ class Plan:
     def files(self) -> tuple[PlannedFile, ...]:
         columns = {name: self.file_table.column(name).to_pylist()
                    for name in self.file_table.column_names if name != "partition_values"}
-        values = self.file_table.column("partition_values").combine_chunks()
+        values = combined(self.file_table.column("partition_values"))
         fields = {f.name: to_python(values.field(f.name)) for f in values.type}
         columns["partition_values"] = [dict(zip(fields, row)) for row in zip(
             *fields.values())] if fields else [{}] * len(values)

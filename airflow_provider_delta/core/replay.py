@@ -24,7 +24,8 @@ import pyarrow.parquet as pq
 
 from airflow_provider_delta.core.actions import parse_commit, partition_keys, table_metadata
 from airflow_provider_delta.core.file_table import (
-    CHECKPOINT_FIELDS, empty_raw_actions, json_file_actions, live_adds, raw_checkpoint_adds,
+    CHECKPOINT_FIELDS, CHUNK_ROWS, empty_raw_actions, json_file_actions, live_adds,
+    raw_checkpoint_adds,
 )
 from airflow_provider_delta.core.model import TableMetadata
 from airflow_provider_delta.core.delta_log import (
@@ -40,11 +41,11 @@ log = logging.getLogger(__name__)
 # How far below a version the local probe looks for a classic checkpoint before listing.
 _LOCAL_CHECKPOINT_PROBE = 1000
 FILE_ACTIONS = ("add", "remove")
-_PARSE_EVERY = 1 << 25  # bytes of commits whose file actions Arrow parses at a time
+_PARSE_EVERY = 1 << 23  # bytes of commits whose file actions Arrow parses at a time (and holds)
 _PROGRESS_EVERY = 10_000  # commits between progress log lines of a long replay
 _REMOTE_READERS = 16
 _REMOTE_READ_AHEAD = 256
-_CHECKPOINT_READERS = min(4, os.cpu_count() or 1)  # row groups of a checkpoint read at once
+_CHECKPOINT_READERS = min(2, os.cpu_count() or 1)  # row groups of a checkpoint read at once
 
 
 @dataclass
@@ -81,11 +82,10 @@ class LogState:
         if self.files is not None:
             self.files.extend(version, commit.text)
 
-    def live_files(self) -> pa.Table:
-        """The live AddFiles as raw actions (see :mod:`~airflow_provider_delta.core.file_table`)."""
-        checkpoint = (pa.concat_tables(self.checkpoint_adds) if self.checkpoint_adds
-                      else empty_raw_actions())
-        return live_adds(checkpoint, self.files.table())
+    def live_files(self) -> Iterator[pa.Table]:
+        """The live AddFiles as raw actions (see :mod:`~airflow_provider_delta.core.file_table`),
+        a chunk at a time; the checkpoint's chunks leave the state as they are yielded."""
+        return live_adds(self.checkpoint_adds, self.files.table())
 
 
 class FileActions:
@@ -546,21 +546,24 @@ def _row_groups_holding(parquet: pq.ParquetFile, column: str) -> list[int]:
 
 def _checkpoint_adds(parquet: pq.ParquetFile, source: str | bytes, version: int
                      ) -> list[pa.Table]:
-    """The checkpoint's AddFiles as raw actions, row groups read and converted on
-    ``_CHECKPOINT_READERS`` threads (Arrow releases the GIL), each with its own reader."""
+    """The checkpoint's AddFiles as raw actions, ``CHUNK_ROWS`` at a time (their statistics
+    JSON, read only to count rows, is the biggest thing planning holds); row groups read and
+    converted on ``_CHECKPOINT_READERS`` threads (Arrow releases the GIL), each with its own
+    reader."""
     add_type = parquet.schema_arrow.field("add").type
     fields = [f"add.{f}" for f in CHECKPOINT_FIELDS if add_type.get_field_index(f) >= 0]
 
-    def read(group: int) -> pa.Table:
+    def read(group: int) -> list[pa.Table]:
         own = pq.ParquetFile(pa.BufferReader(source) if isinstance(source, bytes) else source)
-        adds = own.read_row_group(group, columns=fields, use_threads=False).column("add")
-        return raw_checkpoint_adds(adds.combine_chunks(), version)
+        batches = own.iter_batches(CHUNK_ROWS, row_groups=[group], columns=fields,
+                                   use_threads=False)
+        return [raw_checkpoint_adds(batch.column("add"), version) for batch in batches]
 
     groups = _row_groups_holding(parquet, "add")
     if len(groups) < 2:
-        return [read(group) for group in groups]
+        return [chunk for group in groups for chunk in read(group)]
     with ThreadPoolExecutor(max_workers=_CHECKPOINT_READERS) as pool:
-        return list(pool.map(read, groups))
+        return [chunk for chunks in pool.map(read, groups) for chunk in chunks]
 
 
 def _with_dicts(action: dict[str, Any], maps: set[str]) -> dict[str, Any]:

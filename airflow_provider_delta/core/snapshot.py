@@ -5,6 +5,8 @@ from __future__ import annotations
 import datetime as dt
 import logging
 
+import pyarrow as pa
+
 from airflow_provider_delta.core.actions import table_metadata
 from airflow_provider_delta.core.arrow import full
 from airflow_provider_delta.core.file_table import file_table
@@ -43,10 +45,16 @@ def plan_snapshot(table_uri: str, *, version: int | None = None,
     state = replay(location, version, with_files=True)
     check_protocol(table_uri, state.protocol, version)
     metadata = table_metadata(state.metadata, state.protocol)
-    live = state.live_files()
-    live = live.set_column(live.schema.get_field_index("version"), "version",
-                           full(len(live), version))
-    files = file_table(live, location, {version: metadata}, metadata)
+    # chunk by chunk: a big snapshot's files are held in one form at a time, raw or planned
+    files = pa.concat_tables([
+        file_table(_at_version(live, version), location, {version: metadata}, metadata)
+        for live in state.live_files()])
     log.info("%s: snapshot at version %d has %d files", table_uri, version, len(files))
     return Plan(table_uri=table_uri, start_version=version, end_version=version,
                 file_table=files, metadata=metadata, metadata_changes={version: metadata})
+
+
+def _at_version(raw: pa.Table, version: int) -> pa.Table:
+    """Raw actions with the snapshot's version as every file's."""
+    return raw.set_column(raw.schema.get_field_index("version"), "version",
+                          full(len(raw), version))

@@ -9,9 +9,11 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from airflow_provider_delta.core import plan_changes, plan_snapshot
+from airflow_provider_delta.core import file_table, plan_changes, plan_snapshot, replay
+from airflow_provider_delta.core.arrow import nulls
 from tests.core.conftest import data_change_adds
 
 
@@ -33,7 +35,11 @@ def test_snapshot_plan_is_an_arrow_table_typed_by_the_delta_schema(shared_table)
     assert sum(all(v is None for v in row.values()) for row in values) == 1  # the all-null row
 
 
-def test_checkpoint_in_small_row_groups_then_commits_give_deltalakes_files(tmp_path):
+@pytest.mark.parametrize("chunk", [1 << 16, 2])  # 2: row groups read in several chunks
+def test_checkpoint_in_small_row_groups_then_commits_give_deltalakes_files(tmp_path, monkeypatch,
+                                                                           chunk):
+    monkeypatch.setattr(replay, "CHUNK_ROWS", chunk)
+    monkeypatch.setattr(file_table, "CHUNK_ROWS", chunk)
     path = str(tmp_path / "t")
     for day in range(12):
         rows = pa.table({"id": list(range(day * 5, day * 5 + 5)), "day": [f"d {day}"] * 5})
@@ -49,6 +55,9 @@ def test_checkpoint_in_small_row_groups_then_commits_give_deltalakes_files(tmp_p
     ours = Counter(p[len(f"file://{path}/"):] for p in plan.file_table.column("path").to_pylist())
     theirs = Counter(unquote(p) for p in pa.table(expected).column("path").to_pylist())
     assert ours == theirs and all((Path(path) / p).is_file() for p in ours)
+    assert sorted(plan.file_table.column("num_records").to_pylist()) == sorted(
+        pa.table(expected).column("num_records").to_pylist())
+    assert plan.file_table.column("deletion_vector").null_count == len(plan)
     assert {v["day"] for v in plan.file_table.column("partition_values").to_pylist()} == {
         f"d {day}" for day in range(12)} - {"d 3"}
     assert len(plan_changes(path, 12, 12)) == 1
@@ -80,3 +89,28 @@ def test_commits_with_blank_lines_and_other_spacing_plan_as_written(tmp_path):
     snapshot = plan_snapshot(path)
     assert sorted(snapshot.file_table.column("path").to_pylist()) == sorted(
         p for v in (1, 2, 3) for p in data_change_adds(path, v))
+
+
+def test_num_records_wherever_the_statistics_put_it(tmp_path):
+    # most writers put numRecords first (read by an anchored match); any other place, spacing
+    # or no statistics at all must read as written
+    path = str(tmp_path / "t")
+    write_deltalake(path, pa.table({"id": [1]}))
+    commit = Path(path) / "_delta_log" / f"{0:020d}.json"
+    lines = commit.read_text().splitlines()
+    add = next(json.loads(line) for line in lines if line.startswith('{"add"'))
+    stats = ['{"numRecords":5,"minValues":{"id":1}}', '{ "numRecords" : 7 }',
+             '{"minValues":{"numRecords":1},"numRecords":3}', None]
+    adds = [json.dumps({"add": {**add["add"], "path": f"f{i}.parquet", "stats": s}})
+            for i, s in enumerate(stats)]
+    commit.write_text("\n".join([line for line in lines if not line.startswith('{"add"')] + adds))
+    assert plan_snapshot(path).file_table.column("num_records").to_pylist() == [5, 7, 3, None]
+
+
+def test_nulls_of_nested_types_are_whole_arrays():
+    kind = pa.struct([("s", pa.string()), ("i", pa.int64()), ("b", pa.bool_()),
+                      ("inner", pa.struct([("f", pa.float32())])), ("d", pa.date32())])
+    array = nulls(kind, 1000)
+    array.validate(full=True)
+    assert array.equals(pa.nulls(1000, kind)) and array.null_count == 1000
+    assert pa.concat_arrays([array.slice(10, 5), pa.nulls(2, kind)]).to_pylist() == [None] * 7
