@@ -6,9 +6,10 @@ commits, all appends except the last ten, which delete files of the checkpoint. 
 add ``--range-files`` files together. Only the log is written: the planner and deltalake read
 nothing else.
 
-Cases, each run in its own subprocess (wall time of the call; peak RSS of the whole process,
-imports included, from ``getrusage``), interleaved round by round so load from other processes
-weighs on all alike:
+Cases, each run in its own subprocess (wall time of the call, and its CPU time over all
+threads, which other processes' load inflates less; peak RSS of the whole process, imports
+included on both sides, from ``getrusage``), interleaved round by round so load from other
+processes weighs on all alike:
 
 - ``snapshot``: our ``plan_snapshot`` against deltalake's ``get_add_actions(flatten=True)``.
 - ``changes``: our ``plan_changes`` over the appends against pyarrow's C++ JSON reader
@@ -207,11 +208,14 @@ def run_case(case: str, side: int, table: str, last_append: int) -> dict:
         log = Path(table) / "_delta_log"
         action = lambda: sum(pj.read_json(log / f"{v:020d}.json").num_rows  # noqa: E731
                              for v in range(1, last_append + 1))
+    before = resource.getrusage(resource.RUSAGE_SELF)
     started = time.perf_counter()
     count = action()
     seconds = time.perf_counter() - started
-    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {"seconds": seconds, "rss_mib": peak_mib, "count": count}
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return {"seconds": seconds, "cpu_seconds": cpu, "rss_mib": after.ru_maxrss / 1024,
+            "count": count}
 
 
 def fresh_process(case: str, side: int, table: Path, last_append: int) -> dict:
@@ -268,14 +272,17 @@ def print_summary(args, range_files: int, runs: dict, cases: list[str]) -> None:
         ours, theirs = runs[case, 0], runs[case, 1]
         ours_s = statistics.median(r["seconds"] for r in ours)
         theirs_s = statistics.median(r["seconds"] for r in theirs)
+        ours_cpu = statistics.median(r["cpu_seconds"] for r in ours)
+        theirs_cpu = statistics.median(r["cpu_seconds"] for r in theirs)
         ours_rss = max(r["rss_mib"] for r in ours)
         theirs_rss = max(r["rss_mib"] for r in theirs)
         ours_name, theirs_name = CASES[case]
-        print(f"{case:9s} {ours_name:14s} {ours_s:7.2f} s  peak RSS {ours_rss:7.0f} MiB  "
-              f"({ours[0]['count']:,} files)")
-        print(f"{'':9s} {theirs_name:33s} {theirs_s:7.2f} s  peak RSS {theirs_rss:7.0f} MiB  "
-              f"({theirs[0]['count']:,} rows)")
-        print(f"{'':9s} ratio {ours_s / theirs_s:.2f}x time, {ours_rss / theirs_rss:.2f}x RSS")
+        print(f"{case:9s} {ours_name:14s} {ours_s:7.2f} s (CPU {ours_cpu:5.2f} s)  "
+              f"peak RSS {ours_rss:7.0f} MiB  ({ours[0]['count']:,} files)")
+        print(f"{'':9s} {theirs_name:33s} {theirs_s:7.2f} s (CPU {theirs_cpu:5.2f} s)  "
+              f"peak RSS {theirs_rss:7.0f} MiB  ({theirs[0]['count']:,} rows)")
+        print(f"{'':9s} ratio {ours_s / theirs_s:.2f}x time, {ours_cpu / theirs_cpu:.2f}x CPU, "
+              f"{ours_rss / theirs_rss:.2f}x RSS")
     print(f"load average: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} "
           f"{os.getloadavg()[2]:.2f} ({os.cpu_count()} CPUs)")
 
