@@ -45,7 +45,7 @@ _PARSE_EVERY = 1 << 23  # bytes of commits whose file actions Arrow parses at a 
 _PROGRESS_EVERY = 10_000  # commits between progress log lines of a long replay
 _REMOTE_READERS = 16
 _REMOTE_READ_AHEAD = 256
-_CHECKPOINT_READERS = min(2, os.cpu_count() or 1)  # row groups of a checkpoint read at once
+_CHECKPOINT_READERS = min(4, os.cpu_count() or 1)  # row groups of a checkpoint read at once
 
 
 @dataclass
