@@ -97,15 +97,18 @@ def nulls(type_: pa.DataType, length: int) -> pa.Array:
 
 
 def _null_array(type_: pa.DataType, length: int, zeros: pa.Buffer) -> pa.Array:
+    # each buffer a slice of the size its type needs, so that copies (IPC, pickle) stay small
+    validity = zeros[:(length + 7) // 8]
     if pa.types.is_struct(type_):
         children = [_null_array(f.type, length, zeros) for f in type_]
-        return pa.Array.from_buffers(type_, length, [zeros], null_count=length,
+        return pa.Array.from_buffers(type_, length, [validity], null_count=length,
                                      children=children)
     if pa.types.is_string(type_) or pa.types.is_binary(type_):
-        return pa.Array.from_buffers(type_, length, [zeros, zeros, zeros[:0]],
-                                     null_count=length)
+        return pa.Array.from_buffers(type_, length, [validity, zeros[:4 * (length + 1)],
+                                                     zeros[:0]], null_count=length)
     if pa.types.is_boolean(type_) or pa.types.is_integer(type_) or pa.types.is_floating(type_):
-        return pa.Array.from_buffers(type_, length, [zeros, zeros], null_count=length)
+        values = zeros[:(type_.bit_width * length + 7) // 8]
+        return pa.Array.from_buffers(type_, length, [validity, values], null_count=length)
     return pa.nulls(length, type_)
 
 
