@@ -17,6 +17,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -86,8 +88,15 @@ def main() -> None:
     small, large = (int(n) for n in args.commits.split(","))
 
     workdir = bench_workdir("bench-target-history-", "spark_submit")
+    try:
+        run(workdir, small, large, args.repeat)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)  # the 20,000-file target
+
+
+def run(workdir: Path, small: int, large: int, repeat: int) -> None:
     source = workdir / "source"
-    build_source(source, args.repeat + 2, 1000)
+    build_source(source, repeat + 2, 1000)
     server = LocalConnectServer(workdir / "connect-server.log",
                                 confs={"spark.sql.shuffle.partitions": "2"})
     with server:
@@ -98,11 +107,31 @@ def main() -> None:
             build_target(source, path, n)
         print("what the sink reads of the target, median:")
         target_reads(source, targets, 5)
-        timings = median_seconds({n: Rounds(source, p) for n, p in targets.items()},
-                                 args.repeat)
+        print(f"load average before the rounds: {_load()}")
+        timings = alternating_medians({n: Rounds(source, p) for n, p in targets.items()},
+                                      repeat)
+        print(f"load average after the rounds: {_load()}")
     for n in targets:
-        print(f"target of {n:>6} commits: {timings[n]:6.3f} s a task (median of {args.repeat})")
+        print(f"target of {n:>6} commits: {timings[n]:6.3f} s a task (median of {repeat})")
     print(f"ratio {large}/{small}: {timings[large] / timings[small]:.2f} (goal <= 1.2)")
+
+
+def alternating_medians(actions: dict[int, Rounds], repeat: int) -> dict[int, float]:
+    """Median time of each action over ``repeat`` rounds after a warm-up round, the order of
+    the sides swapped every round so that neither always runs first."""
+    timings: dict[int, list[float]] = {n: [] for n in actions}
+    for round_number in range(repeat + 1):
+        order = list(actions) if round_number % 2 else list(actions)[::-1]
+        for n in order:
+            started = time.perf_counter()
+            actions[n]()
+            if round_number:
+                timings[n].append(time.perf_counter() - started)
+    return {n: statistics.median(values) for n, values in timings.items()}
+
+
+def _load() -> str:
+    return " ".join(f"{value:.1f}" for value in os.getloadavg())
 
 
 if __name__ == "__main__":

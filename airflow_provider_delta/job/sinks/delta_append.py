@@ -1,9 +1,11 @@
 """The ``delta`` sink: append a batch to a Delta table, exactly once per (appId, source version).
 
 It needs no Delta jars: Spark writes Parquet files into a fresh staging folder inside the
-target, then ``deltalake`` commits them in ONE transaction that also carries the batch's
-``txn`` action (see :mod:`.target_log`), as Delta's idempotent writes do. Files of a failed
-attempt stay uncommitted orphans (VACUUM removes them).
+target, then ONE commit adds them and carries the batch's ``txn`` action (see
+:mod:`.target_log`), as Delta's idempotent writes do. The sink writes that commit itself
+(:mod:`.blind_append`: its cost stays flat however many files the target holds); deltalake
+commits when it creates the table and on targets whose protocol asks more of a writer. Files
+of a failed attempt stay uncommitted orphans (VACUUM removes them).
 """
 
 from __future__ import annotations
@@ -20,8 +22,11 @@ from deltalake import Schema
 from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.transaction import AddAction, create_table_with_add_actions
 
-from airflow_provider_delta.errors import SinkCommitConflictError
+from airflow_provider_delta.errors import SinkCommitConflictError, SinkSchemaMismatchError
 from airflow_provider_delta.job.sinks.base import SinkWrite
+from airflow_provider_delta.job.sinks.blind_append import (
+    blind_append_actions, checkpoint_when_due, put_commit, unwritable_feature,
+)
 from airflow_provider_delta.job.sinks.delta_target import DeltaTargetSink
 from airflow_provider_delta.job.sinks.delta_schema import (
     add_new_columns, arrow_schema, check_rows, delta_schema, new_columns,
@@ -54,11 +59,19 @@ class DeltaAppendSink(DeltaTargetSink):
         return self._target.latest().first_unwritten(start, end)
 
     def check(self, df: DataFrame) -> None:
-        """Compare names, types and partitioning with the target, if it exists; start opening
-        deltalake's handle for the commit meanwhile."""
+        """Compare names, types and partitioning with the target, if it exists; if deltalake
+        is to commit, start opening its handle meanwhile."""
         target = self._target.latest()
-        target.prefetch()
+        if self._deltalake_commits(target):
+            target.prefetch()
         check_rows(self.spec, target.view(), df)
+
+    def _deltalake_commits(self, target: TargetLog) -> str | None:
+        """Why deltalake rather than this sink commits on ``target`` (None: this sink does)."""
+        view = target.view()
+        if view is None:
+            return "it creates the table"
+        return unwritable_feature(view.protocol, view.raw_metadata, self.spec.storage_options)
 
     def write(self, df: DataFrame | None, start_version: int, end_version: int) -> SinkWrite:
         rows = delta_schema(df)
@@ -74,9 +87,10 @@ class DeltaAppendSink(DeltaTargetSink):
         schema = arrow_schema(df)
         for _ in range(COMMIT_ATTEMPTS):
             # Delta's optimistic concurrency: check the snapshot the commit builds on; a commit
-            # made since then is caught as a conflict by deltalake, and checked again here.
+            # made since then wins the version, and the next attempt checks again.
             target = self._target.latest()
-            target.current()  # deltalake's handle, and the records at its version
+            if self._deltalake_commits(target):
+                target.current()  # deltalake's handle, and the records at its version
             if target.holds_batch(start_version, end_version):
                 log.warning("%s: another run committed source versions %s..%s (target version "
                             "%s) while this one wrote them; its staged files are dropped",
@@ -84,7 +98,8 @@ class DeltaAppendSink(DeltaTargetSink):
                 self._drop_staged(staging)
                 return SinkWrite(rows=0, sink_version=target.version)
             version = target.next_version
-            if self._commit(target, adds, schema, partition_by, start_version, end_version):
+            if self._commit(target, adds, schema, partition_by, start_version, end_version,
+                            rows):
                 return SinkWrite(rows=rows, sink_version=version)
         raise SinkCommitConflictError(self.uri, start_version, end_version, COMMIT_ATTEMPTS)
 
@@ -115,9 +130,15 @@ class DeltaAppendSink(DeltaTargetSink):
         return adds, sum(rows for _, _, rows in files)
 
     def _commit(self, target: TargetLog, adds: list[AddAction], schema: pa.Schema,
-                partition_by: list[str], start_version: int, end_version: int) -> bool:
+                partition_by: list[str], start_version: int, end_version: int,
+                rows: int) -> bool:
         """One commit of ``adds`` with this app's records on top of ``target``'s snapshot
         (none: create the table); False if a concurrent commit won."""
+        reason = self._deltalake_commits(target)
+        if reason is None:
+            return self._commit_blind(target, adds, schema, partition_by, start_version,
+                                      end_version, rows)
+        log.info("%s: deltalake commits the batch (%s)", self.uri, reason)
         table = target.table
         properties = target.commit_properties(start_version, end_version)
         hooks = target.post_commit_hooks()
@@ -142,6 +163,36 @@ class DeltaAppendSink(DeltaTargetSink):
             raise
         log.info("committed %d file(s) to %s with txn %s=%s", len(adds), self.uri,
                  self.spec.app_id, end_version)
+        return True
+
+    def _commit_blind(self, target: TargetLog, adds: list[AddAction], schema: pa.Schema,
+                      partition_by: list[str], start_version: int, end_version: int,
+                      rows: int) -> bool:
+        """The commit written by this sink (see :mod:`.blind_append`), after checking that the
+        snapshot (newer than the check before the write, after a lost race) still takes the
+        files: a changed schema or partitioning is refused, as deltalake would."""
+        view = target.view()
+        existing = list(view.metadata().partition_columns)
+        if existing != partition_by:
+            raise SinkSchemaMismatchError(
+                self.uri, f"the target is now partitioned by {existing}, the batch's files by "
+                f"{partition_by}")
+        added = new_columns(self.spec, view, Schema.from_arrow(schema))
+        if added:
+            raise SinkSchemaMismatchError(
+                self.uri, f"the target no longer has column(s) {[f.name for f in added]}")
+        version = target.next_version
+        actions = blind_append_actions(
+            adds, target.commit_records(start_version, end_version),
+            target.commit_metadata(start_version, end_version), partition_by, target.version,
+            rows)
+        if not put_commit(target.location, version, actions):
+            log.warning("%s: concurrent commit, checking the log again: another writer "
+                        "committed version %s first", self.uri, version)
+            return False
+        log.info("committed %d file(s) to %s as version %s with txn %s=%s", len(adds),
+                 self.uri, version, self.spec.app_id, end_version)
+        checkpoint_when_due(target.location, version, view.raw_metadata.get("configuration") or {})
         return True
 
 

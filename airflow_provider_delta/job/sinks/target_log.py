@@ -173,11 +173,17 @@ class _Metadata:
 
 
 class SnapshotView:
-    """The target's schema, partitioning and id as our own log reader reads them: what the
-    schema checks ask of a ``DeltaTable``, without opening deltalake's handle."""
+    """The target's schema, partitioning, id and protocol as our own log reader reads them:
+    what the schema checks and a commit of our own ask of a ``DeltaTable``, without opening
+    deltalake's handle."""
 
-    def __init__(self, metadata: dict):
+    def __init__(self, metadata: dict, protocol: dict):
         self._metadata = metadata
+        self.protocol = protocol
+
+    @property
+    def raw_metadata(self) -> dict:
+        return self._metadata
 
     def schema(self) -> Schema:
         return Schema.from_json(self._metadata["schemaString"])
@@ -247,8 +253,13 @@ class TargetLog:
         if self.version is None:
             return None
         if self._view is None or self._view[0] != self.version:
-            self._view = self.version, SnapshotView(replay(self._location, self.version).metadata)
+            state = replay(self._location, self.version)
+            self._view = self.version, SnapshotView(state.metadata, state.protocol)
         return self._view[1]
+
+    @property
+    def location(self) -> TableLocation:
+        return self._location
 
     @property
     def table_id(self) -> str | None:
@@ -324,24 +335,28 @@ class TargetLog:
         return runs_from_commits(self._history)
 
     def commit_properties(self, start_version: int, end_version: int) -> CommitProperties:
-        """What a batch's commit records: the txn (appId, last source version), the run it
-        extends (all runs, on a target of older versions), and the commitInfo keys.
+        """What a batch's commit records (:meth:`commit_records`), for deltalake.
 
         No retries inside deltalake: the records name the target version the commit gets,
         so a commit that loses a race is rebuilt on the newer snapshot by the sink.
         """
+        return CommitProperties(
+            max_commit_retries=0,
+            app_transactions=self.commit_records(start_version, end_version),
+            custom_metadata=self.commit_metadata(start_version, end_version),
+        )
+
+    def commit_records(self, start_version: int, end_version: int) -> list[Transaction]:
+        """The txn actions of a batch's commit on this snapshot: the txn (appId, last source
+        version), the run it extends (all runs, on a target of older versions), the layout."""
         target_version = self.next_version
         runs = self._runs()
         carried = [] if self._carries_records else list(runs.values())
         run = _add_commit(runs, self.spec.app_id, self.spec.source, start_version, end_version,
                           target_version)
         records = [r for carry in carried if carry.key != run.key for r in carry.records()]
-        return CommitProperties(
-            max_commit_retries=0,
-            app_transactions=[Transaction(self.spec.app_id, end_version), *run.records(),
-                              *records, Transaction(LAYOUT_APP_ID, LAYOUT)],
-            custom_metadata=self.commit_metadata(start_version, end_version),
-        )
+        return [Transaction(self.spec.app_id, end_version), *run.records(), *records,
+                Transaction(LAYOUT_APP_ID, LAYOUT)]
 
     def commit_metadata(self, start_version: int, end_version: int) -> dict[str, str]:
         """The commitInfo keys of a batch's commit: its source range, the appId, the source

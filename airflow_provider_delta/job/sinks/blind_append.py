@@ -1,0 +1,157 @@
+"""A blind append committed by writing the target's next commit file ourselves.
+
+deltalake 1.6's handle on a table materialises every live file, so its commits cost in
+proportion to the target's size (about 0.3 s a commit at 20,000 live files, growing on).
+A blind append (add actions and txn records, nothing read from the target) needs none of
+that: only the snapshot's protocol, metadata and txns, which :class:`.target_log.TargetLog`
+reads at a cost flat in the history. The commit file is created with put-if-absent (a hard
+link locally, ``If-None-Match: *`` on S3), so of writers racing for a version one wins; the
+loser re-reads the newer commits and checks again, as Delta's conflict rules for a blind
+append ask: its own appId's txn, and a changed protocol or metadata. Concurrent removes
+cannot conflict with an append.
+
+Only targets whose protocol asks nothing more of an append than writing its files are
+committed this way (:func:`unwritable_feature`); deltalake commits the others, as before.
+Checkpoints stay where deltalake puts them (version ``v`` with ``(v + 1) % interval == 0``),
+made by deltalake after the commit that reaches them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+from urllib.parse import quote
+
+import obstore
+from deltalake import DeltaTable
+from deltalake.transaction import AddAction, Transaction
+
+from airflow_provider_delta import __version__
+from airflow_provider_delta.core.delta_log import LOG_DIR, TableLocation, commit_name
+
+log = logging.getLogger(__name__)
+
+ENGINE = f"airflow-provider-delta/{__version__}"
+CHECKPOINT_INTERVAL = 100  # Delta's default delta.checkpointInterval
+# Writer features an append of Spark-written Parquet files honours by writing nothing more
+# (given the metadata conditions below); any other writer feature is left to deltalake.
+_APPEND_READY_FEATURES = frozenset({
+    "appendOnly", "invariants", "checkConstraints", "changeDataFeed", "generatedColumns",
+    "columnMapping", "identityColumns", "timestampNtz", "deletionVectors", "domainMetadata",
+    "vacuumProtocolCheck", "typeWidening", "typeWidening-preview",
+})
+# The features legacy writer versions imply (Delta's "Writer Version Requirements").
+_LEGACY_WRITER_FEATURES = {
+    2: ("appendOnly", "invariants"), 3: ("checkConstraints",),
+    4: ("changeDataFeed", "generatedColumns"), 5: ("columnMapping",), 6: ("identityColumns",),
+}
+# Column metadata keys whose rules a writer must enforce on the rows it adds.
+_ENFORCED_COLUMN_KEYS = ("delta.invariants", "delta.generationExpression", "delta.identity.")
+# Characters deltalake percent-encodes in an add action's path (besides non-ASCII bytes).
+_PATH_SAFE = "/!$&'()+,-.:;=@_~"
+# Storage options that choose deltalake's own commit mechanics on S3.
+_DELTALAKE_COMMIT_OPTIONS = ("locking_provider", "allow_unsafe_rename")
+
+
+def writer_features(protocol: Mapping[str, Any]) -> set[str]:
+    """The writer features a protocol asks for, legacy writer versions spelled out."""
+    version = int(protocol.get("minWriterVersion", 1))
+    if version >= 7:
+        return set(protocol.get("writerFeatures") or ())
+    return {f for v, names in _LEGACY_WRITER_FEATURES.items() if v <= version for f in names}
+
+
+def unwritable_feature(protocol: Mapping[str, Any], metadata: Mapping[str, Any],
+                       storage_options: Mapping[str, str] | None) -> str | None:
+    """What of the target keeps this sink from committing an append itself (None: nothing):
+    a writer feature that asks more than the files, or a rule the rows must be checked by."""
+    for feature in sorted(writer_features(protocol) - _APPEND_READY_FEATURES):
+        return feature
+    configuration = metadata.get("configuration") or {}
+    constraints = [key for key in configuration if key.startswith("delta.constraints.")]
+    if constraints:
+        return f"CHECK constraint {constraints[0]}"
+    if configuration.get("delta.columnMapping.mode", "none") != "none":
+        return "columnMapping"
+    enforced = _enforced_column_rule(json.loads(metadata["schemaString"]))
+    if enforced:
+        return enforced
+    for key in storage_options or {}:
+        if any(option in key.lower() for option in _DELTALAKE_COMMIT_OPTIONS):
+            return f"storage option {key}"
+    return None
+
+
+def _enforced_column_rule(kind: Any) -> str | None:
+    """The first column (nested ones too) whose metadata holds a rule on its values."""
+    if not isinstance(kind, dict):
+        return None
+    for field in kind.get("fields", []):
+        keys = [k for k in (field.get("metadata") or {}) if k.startswith(_ENFORCED_COLUMN_KEYS)]
+        if keys:
+            return f"column {field['name']!r} ({keys[0]})"
+        inner = _enforced_column_rule(field["type"])
+        if inner:
+            return inner
+    for child in ("elementType", "keyType", "valueType"):
+        inner = _enforced_column_rule(kind.get(child))
+        if inner:
+            return inner
+    return None
+
+
+def add_action(add: AddAction) -> dict[str, Any]:
+    """An add action as deltalake writes it (its path percent-encoded the same way)."""
+    return {"add": {"path": quote(add.path, safe=_PATH_SAFE),
+                    "partitionValues": dict(add.partition_values), "size": add.size,
+                    "modificationTime": add.modification_time, "dataChange": add.data_change,
+                    "stats": add.stats}}
+
+
+def blind_append_actions(adds: list[AddAction], txns: Iterable[Transaction],
+                         commit_info: Mapping[str, Any], partition_by: list[str],
+                         read_version: int, rows: int) -> list[dict[str, Any]]:
+    """The actions of one append commit: commitInfo, the adds, the txn records."""
+    info = {"timestamp": int(time.time() * 1000), "operation": "WRITE",
+            "operationParameters": {"mode": "Append", "partitionBy": json.dumps(partition_by)},
+            "readVersion": read_version, "isBlindAppend": True,
+            "operationMetrics": {"numFiles": len(adds), "numOutputRows": rows,
+                                 "numOutputBytes": sum(a.size for a in adds)},
+            "engineInfo": ENGINE, "clientVersion": ENGINE, **commit_info}
+    return [{"commitInfo": info}, *map(add_action, adds),
+            *({"txn": {"appId": t.app_id, "version": t.version}} for t in txns)]
+
+
+def put_commit(location: TableLocation, version: int, actions: list[dict[str, Any]]) -> bool:
+    """Create commit ``version``; False if it exists already (another writer won it)."""
+    body = "".join(json.dumps(a, separators=(",", ":")) + "\n" for a in actions).encode()
+    try:
+        obstore.put(location.store, f"{LOG_DIR}/{commit_name(version)}", body, mode="create")
+    except obstore.exceptions.AlreadyExistsError:
+        return False
+    except obstore.exceptions.PreconditionError:  # some stores answer 412 to If-None-Match
+        return False
+    except obstore.exceptions.BaseError as error:
+        raise location.storage_error(error) from error
+    return True
+
+
+def checkpoint_when_due(location: TableLocation, version: int,
+                        configuration: Mapping[str, str]) -> None:
+    """deltalake's checkpoint at ``version`` when the interval asks for one there, and its
+    log cleanup with it (as its own commits do); a failure leaves the commit in place."""
+    interval = int(configuration.get("delta.checkpointInterval", CHECKPOINT_INTERVAL))
+    if (version + 1) % interval:
+        return
+    try:
+        table = DeltaTable(location.table_uri, version=version,
+                           storage_options=location.storage_options)
+        table.create_checkpoint()
+        if configuration.get("delta.enableExpiredLogCleanup", "true").lower() != "false":
+            table.cleanup_metadata()
+    except Exception as error:  # noqa: BLE001 - the commit stands; readers replay more
+        log.warning("%s: checkpoint at version %s failed (the commit stands): %s",
+                    location.table_uri, version, error)
