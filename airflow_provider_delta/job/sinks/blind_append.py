@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
+import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import quote
@@ -128,6 +130,9 @@ def blind_append_actions(adds: list[AddAction], txns: Iterable[Transaction],
 def put_commit(location: TableLocation, version: int, actions: list[dict[str, Any]]) -> bool:
     """Create commit ``version``; False if it exists already (another writer won it)."""
     body = "".join(json.dumps(a, separators=(",", ":")) + "\n" for a in actions).encode()
+    if location.local_root is not None:
+        return _create_local(os.path.join(location.local_root, LOG_DIR), commit_name(version),
+                             body)
     try:
         obstore.put(location.store, f"{LOG_DIR}/{commit_name(version)}", body, mode="create")
     except obstore.exceptions.AlreadyExistsError:
@@ -136,6 +141,22 @@ def put_commit(location: TableLocation, version: int, actions: list[dict[str, An
         return False
     except obstore.exceptions.BaseError as error:
         raise location.storage_error(error) from error
+    return True
+
+
+def _create_local(folder: str, name: str, body: bytes) -> bool:
+    """Write ``folder/name`` whole or not at all, unless it exists: a hard link of a complete
+    temporary file fails if the name is taken (the plain path: a local path may hold
+    characters a ``file://`` URI would cut)."""
+    temporary = os.path.join(folder, f"_commit_{uuid.uuid4().hex}.json.tmp")
+    with open(temporary, "wb") as handle:
+        handle.write(body)
+    try:
+        os.link(temporary, os.path.join(folder, name))
+    except FileExistsError:
+        return False
+    finally:
+        os.unlink(temporary)
     return True
 
 
