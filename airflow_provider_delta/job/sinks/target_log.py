@@ -12,9 +12,9 @@ rules need stays in the target's snapshot whatever its history and log cleanup:
 
 The commitInfo keys (source range, appId, source) are still written, for people reading the
 history. Targets of older versions hold only those: they are read once, from the history, and
-the first commit carries them forward as records. Reading the records costs the newest
-checkpoint's txn column plus the commits after it (:mod:`~airflow_provider_delta.core.
-transactions`), then only the commits since the last read.
+the first commit carries them forward as records. Reading the records, with the protocol and
+metadata, costs one read of those columns of the newest checkpoint plus the commits after it
+(:mod:`~airflow_provider_delta.core.transactions`), then only the commits since the last read.
 
 Every read of what the target records happens here, behind :class:`TargetLog`; the Delta
 sinks use it as a helper and hold no rule of their own about what a target records.
@@ -32,7 +32,9 @@ from deltalake.transaction import CommitProperties, PostCommitHookProperties, Tr
 
 from airflow_provider_delta.core.delta_log import TableLocation
 from airflow_provider_delta.core.replay import replay
-from airflow_provider_delta.core.transactions import commit_transactions, snapshot_transactions
+from airflow_provider_delta.core.transactions import (
+    SnapshotRecords, apply_commits, snapshot_records,
+)
 from airflow_provider_delta.core.versions import newest_version, probe_local_commits
 from airflow_provider_delta.errors import (
     DeltaProviderError, SinkRangeOverlapError, SinkWriterOverlapError, TableNotFoundError,
@@ -206,7 +208,7 @@ class TargetLog:
         self.uri = to_uri(spec.path)
         self._location = TableLocation(self.uri, spec.storage_options)
         self._table: DeltaTable | None = None
-        self._txns: dict[str, int] = {}
+        self._records = SnapshotRecords()  # txns, protocol and metadata at ``version``
         self.version: int | None = None  # the version read; None: no table (yet)
         self._history: list[ProviderCommit] | None = None  # of a target of older versions
         self._view: tuple[int, SnapshotView] | None = None
@@ -252,9 +254,11 @@ class TargetLog:
         handle; None while there is no table."""
         if self.version is None:
             return None
+        if self._records.metadata is None or self._records.protocol is None:
+            replay(self._location, self.version)  # names what the log lacks
         if self._view is None or self._view[0] != self.version:
-            state = replay(self._location, self.version)
-            self._view = self.version, SnapshotView(state.metadata, state.protocol)
+            self._view = self.version, SnapshotView(self._records.metadata,
+                                                    self._records.protocol)
         return self._view[1]
 
     @property
@@ -299,12 +303,13 @@ class TargetLog:
     def _read_to(self, version: int | None) -> None:
         """Read the records at ``version``: from the last read when that is older."""
         if version is None:
-            self._table, self._txns, self.version, self._history = None, {}, None, None
+            self._table, self._records, self.version = None, SnapshotRecords(), None
+            self._history = None
             return
         if version == self.version:
             return
         if not self._read_since(version):
-            self._txns = snapshot_transactions(self._location, version)
+            self._records = snapshot_records(self._location, version)
         if not self._carries_records:
             self._history = None  # read again, from the history, when asked
         self.version = version
@@ -315,21 +320,20 @@ class TargetLog:
         if self.version is None or self.version > version:
             return False
         try:
-            self._txns.update(commit_transactions(self._location,
-                                                  range(self.version + 1, version + 1)))
+            apply_commits(self._records, self._location, range(self.version + 1, version + 1))
         except DeltaProviderError:
             return False
         return True
 
     @property
     def _carries_records(self) -> bool:
-        return self._txns.get(LAYOUT_APP_ID, 0) >= LAYOUT
+        return self._records.txns.get(LAYOUT_APP_ID, 0) >= LAYOUT
 
     def _runs(self) -> dict[tuple[str, str | None, int], Run]:
         if self.version is None:
             return {}
         if self._carries_records:
-            return runs_from_records(self._txns)
+            return runs_from_records(self._records.txns)
         if self._history is None:  # a target of older versions: its history, read once
             self._history = _history_commits(self.table)
         return runs_from_commits(self._history)
@@ -393,9 +397,9 @@ class TargetLog:
         this provider used for the same DAG, task and target."""
         if self.version is None:
             return None
-        version = self._txns.get(self.spec.app_id)
+        version = self._records.txns.get(self.spec.app_id)
         if version is None and self.spec.legacy_app_id:
-            return self._txns.get(self.spec.legacy_app_id)
+            return self._records.txns.get(self.spec.legacy_app_id)
         return version
 
     def _own(self) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
