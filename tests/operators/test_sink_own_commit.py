@@ -117,12 +117,14 @@ def test_put_if_absent_on_s3_lets_one_writer_have_a_version(s3_options):
     write_deltalake(uri, pa.table({"id": pa.array([1], pa.int64())}), storage_options=s3_options)
     location = TableLocation(uri, s3_options)
 
-    def commit(app_id: str) -> bool:
-        actions = blind_append_actions([], [Transaction(app_id, 7)], {}, [], 0, 0)
-        return put_commit(location, 1, actions)
+    first, second = (blind_append_actions([], [Transaction(app_id, 7)], {}, [], 0, 0)
+                     for app_id in ("first", "second"))
 
-    assert commit("first") is True
-    assert commit("second") is False  # version 1 exists: the second writer lost it
+    assert put_commit(location, 1, first) is True
+    assert put_commit(location, 1, second) is False  # version 1 exists: the second writer lost
+    # A put whose answer was lost, retried: it finds its own commit, which it must not take
+    # for another writer's (the sink would drop the files it commits).
+    assert put_commit(location, 1, first) is True
     table = DeltaTable(uri, storage_options=s3_options)
     assert table.version() == 1
     assert (table.transaction_version("first"), table.transaction_version("second")) == (7, None)

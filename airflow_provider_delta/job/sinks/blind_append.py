@@ -135,10 +135,10 @@ def put_commit(location: TableLocation, version: int, actions: list[dict[str, An
                              body)
     try:
         obstore.put(location.store, f"{LOG_DIR}/{commit_name(version)}", body, mode="create")
-    except obstore.exceptions.AlreadyExistsError:
-        return False
-    except obstore.exceptions.PreconditionError:  # some stores answer 412 to If-None-Match
-        return False
+    except (obstore.exceptions.AlreadyExistsError, obstore.exceptions.PreconditionError):
+        # Taken -- or created by this very put, whose answer was lost and whose retry found
+        # it: then the commit is ours (its files must not be dropped as another run's).
+        return location.read_log_file(commit_name(version)) == body
     except obstore.exceptions.BaseError as error:
         raise location.storage_error(error) from error
     return True
