@@ -9,10 +9,11 @@ from collections import Counter
 
 import pyarrow as pa
 import pytest
-from deltalake import DeltaTable, write_deltalake
+from deltalake import DeltaTable, Field, write_deltalake
 from deltalake.transaction import Transaction
 
 from airflow_provider_delta.core.delta_log import TableLocation
+from airflow_provider_delta.errors import SinkSchemaMismatchError
 from airflow_provider_delta.job.sinks import DeltaAppendSink
 from airflow_provider_delta.job.sinks.blind_append import (
     ENGINE, blind_append_actions, put_commit, unwritable_feature,
@@ -110,6 +111,31 @@ def test_a_target_with_a_check_constraint_is_committed_by_deltalake(spark, tmp_p
     assert _newest_commit_info(target)["engineInfo"].startswith("delta-rs")
     assert delta_rows(target) == Counter({(1,): 1, (2,): 1})
     assert TargetLog.open(spec).first_unwritten(0, 5) == 2
+
+
+class _SchemaChangedBeforeCommit(DeltaAppendSink):
+    """The real sink; another writer adds a column to the target right before its commit."""
+
+    def _commit(self, *args, **kwargs):
+        if not getattr(self, "changed", False):
+            self.changed = True
+            DeltaTable(self.uri).alter.add_columns([Field("extra", "string", nullable=True)])
+        return super()._commit(*args, **kwargs)
+
+
+def test_a_schema_another_writer_changed_before_the_commit_is_refused(spark, tmp_path):
+    """The commit loses its version to the schema change; on the newer snapshot the files
+    lack a column of the target: refused, as Delta refuses a commit across a metadata change."""
+    target = str(tmp_path / "target")
+    spec = SinkSpec(kind="delta", path=target, app_id="app-1")
+    DeltaAppendSink(spec).write(spark.createDataFrame([(1,)], "id long"), 0, 0)
+
+    with pytest.raises(SinkSchemaMismatchError, match="extra"):
+        _SchemaChangedBeforeCommit(spec).write(spark.createDataFrame([(2,)], "id long"), 1, 1)
+
+    assert DeltaTable(target).version() == 1  # the other writer's change only
+    assert delta_rows(target) == Counter({(1, None): 1})
+    assert TargetLog.open(spec).committed_version() == 0
 
 
 def test_put_if_absent_on_s3_lets_one_writer_have_a_version(s3_options):
