@@ -19,7 +19,10 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from urllib.parse import unquote
 
+import numpy as np
 import obstore
+import pyarrow as pa
+import pyarrow.compute as pc
 from obstore.store import ObjectStore, from_url
 
 from airflow_provider_delta.credential_keys import credential_key_names
@@ -48,6 +51,8 @@ _RETRYABLE_CLIENT_STATUS = {408, 429}  # request timeout, throttling
 # The HTTP client refused to build the request (e.g. an http:// endpoint with allow_http off).
 _REQUEST_NOT_BUILT = "kind: Builder"
 _HEAD_THREADS = 16  # object-store HEAD requests are latency-bound
+_LISTED_FOLDER_FILES = 256  # from this many files in one folder, list it instead of a stat each
+_LOCAL_URI_PREFIX = r"^file:(//(localhost)?)?/"
 
 StorageOptions = dict[str, str] | None
 
@@ -291,6 +296,53 @@ def missing_files(uris: Iterable[str], table_uri: str, storage_options: StorageO
             found = pool.map(lambda u: _remote_exists(u, table_uri, storage_options), remote)
             gone.update(u for u, ok in zip(remote, found) if not ok)
     return [u for u in uris if u in gone]
+
+
+def missing_file_mask(uris: pa.Array, table_uri: str, storage_options: StorageOptions
+                      ) -> np.ndarray:
+    """Which of ``uris`` do not exist. Local files are looked up column-wise: a folder holding
+    many of them is listed once, the others get a ``stat`` each."""
+    if not len(uris):
+        return np.zeros(0, dtype=bool)
+    paths = pc.replace_substring_regex(uris, _LOCAL_URI_PREFIX, "/")
+    if not pc.all(pc.match_substring_regex(paths, "^/[^/]")).as_py():  # not all on this host
+        gone = set(missing_files(uris.to_pylist(), table_uri, storage_options))
+        return np.array([uri in gone for uri in uris.to_pylist()], dtype=bool)
+    folders = pc.replace_substring_regex(paths, "/[^/]*$", "").dictionary_encode()
+    names = pc.replace_substring_regex(paths, "^.*/", "")
+    codes = folders.indices.to_numpy()
+    order = np.argsort(codes, kind="stable")
+    starts = np.flatnonzero(np.diff(codes[order], prepend=-1))
+    missing = np.zeros(len(uris), dtype=bool)
+    for rows in np.split(order, starts[1:]):
+        folder = folders.dictionary[int(codes[rows[0]])].as_py() or "/"
+        missing[rows] = _missing_in_folder(folder, names.take(pa.array(rows)))
+    return missing
+
+
+def file_size(uri: str, table_uri: str, storage_options: StorageOptions) -> int | None:
+    """The size of ``uri`` in bytes; None if it does not exist."""
+    path = local_path(uri)
+    if path is not None:
+        return os.path.getsize(path) if os.path.isfile(path) else None
+    store, key = _store_and_key(uri, table_uri, storage_options)
+    try:
+        return obstore.head(store, key)["size"]
+    except FileNotFoundError:
+        return None
+    except STORE_ERRORS as exc:
+        raise storage_error(table_uri, exc, storage_options) from exc
+
+
+def _missing_in_folder(folder: str, names: pa.Array) -> np.ndarray:
+    if len(names) < _LISTED_FOLDER_FILES:
+        return np.array([not os.path.isfile(os.path.join(folder, name))
+                         for name in names.to_pylist()], dtype=bool)
+    try:
+        listed = pa.array(os.listdir(folder), pa.string())
+    except (FileNotFoundError, NotADirectoryError):
+        listed = pa.array([], pa.string())
+    return pc.invert(pc.is_in(names, value_set=listed)).to_numpy(zero_copy_only=False)
 
 
 def read_range(uri: str, start: int, length: int, table_uri: str,

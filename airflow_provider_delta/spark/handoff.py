@@ -1,9 +1,10 @@
 """Handing many strings and expressions to Spark in a few calls.
 
 On a classic session every argument crosses Py4J, and a Python list crosses it one element per
-round trip: ``spark.read.parquet(*paths)`` of 100,000 files made 100,000 calls. Here the
-strings travel as one newline-joined string, built column-wise from an Arrow array, and the JVM
-splits it into a ``Seq`` in three calls. Spark Connect sends one protobuf message anyway.
+round trip. Here the strings (select expressions) travel as one newline-joined string, built
+column-wise from an Arrow array, and the JVM splits it into a ``Seq`` in three calls. Spark
+Connect sends one protobuf message anyway. A plan's files reach Spark as a file index
+(``file_index.py``), not as paths.
 
 Per-file constants (partition values, a change feed's commit and change type) are attached to a
 scan's rows by a lookup on ``_metadata.file_path`` written as SQL text, for plans of a few files:
@@ -17,7 +18,7 @@ from decimal import Decimal
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import DataFrame, DataFrameReader, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import BinaryType, DataType, StructField
 
 _SEPARATOR = "\n"
@@ -35,14 +36,6 @@ def java_strings(spark: SparkSession, values: pa.Array) -> object | None:
     text = pc.binary_join(pa.ListArray.from_arrays([0, len(values)], values), _SEPARATOR)
     tokens = jvm.java.util.StringTokenizer(text[0].as_py(), _SEPARATOR)
     return jvm.PythonUtils.toSeq(jvm.java.util.Collections.list(tokens))
-
-
-def read_parquet(reader: DataFrameReader, spark: SparkSession, paths: pa.Array) -> DataFrame:
-    """``reader.parquet`` of every path in ``paths`` without a call per path."""
-    seq = java_strings(spark, paths)
-    if seq is None:
-        return reader.parquet(*paths.to_pylist())
-    return reader._df(reader._jreader.parquet(seq))
 
 
 def select_sql(spark: SparkSession, df: DataFrame, expressions: list[str]) -> DataFrame:

@@ -23,7 +23,6 @@ from contextlib import contextmanager
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType
@@ -31,10 +30,13 @@ from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 from airflow_provider_delta.core import plan_changes, plan_snapshot
 from airflow_provider_delta.core.model import DeletionVectorDescriptor, Plan, TableMetadata
 from airflow_provider_delta.core.delta_log import TableLocation
-from airflow_provider_delta.errors import InvalidParameterError, MissingDataFileError
+from airflow_provider_delta.errors import (
+    InvalidParameterError, MissingDataFileError, UnsupportedFeatureError,
+)
 from airflow_provider_delta.spark.deletion_vectors import deleted_rows
+from airflow_provider_delta.spark.file_index import hidden_files, scan_files
 from airflow_provider_delta.spark.handoff import (
-    LOOKUP_MAX_FILES, constant_sql, file_index_sql, read_parquet, select_sql,
+    LOOKUP_MAX_FILES, constant_sql, file_index_sql, select_sql,
 )
 from airflow_provider_delta.spark.paths import spark_file_paths, spark_read_paths
 from airflow_provider_delta.spark.schema import (
@@ -44,7 +46,7 @@ from airflow_provider_delta.spark.schema import (
     to_logical_columns,
     to_logical_sql,
 )
-from airflow_provider_delta.storage import missing_files
+from airflow_provider_delta.storage import file_size, missing_file_mask
 
 log = logging.getLogger(__name__)
 
@@ -123,10 +125,8 @@ def read_plan(
     metadata = plan.metadata
     if not len(plan):
         return spark.createDataFrame([], logical_schema(metadata))
-    paths = plan.file_table.column("path").combine_chunks()
-    spark_checks = getattr(spark, "_jvm", None) is not None and _all_local(paths)
-    if not spark_checks:  # a classic session checks local paths itself, in parallel
-        check_files_exist(plan, storage_options)
+    check_files_exist(plan, storage_options)
+    file_table = _scanned_file_table(plan, storage_options)
     if only_rows is not None and not all(len(only_rows.get(i, ())) for i in range(len(plan))):
         raise InvalidParameterError(
             None, "only_rows", f"<rows of {len(only_rows)} of {len(plan)} file(s)>",
@@ -136,20 +136,15 @@ def read_plan(
     if metadata.column_mapping_mode == "id":
         # Per session and read at planning time; harmless for schemas without field ids.
         spark.conf.set(_FIELD_ID_CONF, "true")
-    rounds = _occurrence_rounds(plan.file_table.column("path"))
+    rounds = _occurrence_rounds(file_table.column("path"))
     log.info(
         "%s: reading %d files (%d bytes) of versions %d..%d in %d scan(s)",
         plan.table_uri, len(plan), plan.total_bytes, plan.start_version,
         plan.end_version, len(rounds),
     )
     row_join = "left_anti" if only_rows is None else "left_semi"
-    try:
-        frames = [_read_round(spark, metadata, plan.file_table, positions, deletions, row_join)
-                  for positions in rounds]
-    except AnalysisException as exc:
-        if spark_checks and "PATH_NOT_FOUND" in str(exc):
-            check_files_exist(plan, storage_options)  # names the file and its version
-        raise
+    frames = [_read_round(spark, metadata, file_table, positions, deletions, row_join)
+              for positions in rounds]
     result = frames[0]
     for frame in frames[1:]:
         result = result.union(frame)
@@ -157,12 +152,34 @@ def read_plan(
 
 
 def check_files_exist(plan: Plan, storage_options: dict[str, str] | None) -> None:
-    paths = plan.file_table.column("path").to_pylist()
-    gone = missing_files(dict.fromkeys(paths), plan.table_uri, storage_options)
-    if gone:
-        first = paths.index(gone[0])
+    paths = plan.file_table.column("path").combine_chunks()
+    gone = np.flatnonzero(missing_file_mask(paths, plan.table_uri, storage_options))
+    if len(gone):
+        first = int(gone[0])
         version = plan.file_table.column("version")[first].as_py()
-        raise MissingDataFileError(plan.table_uri, version, gone[0])
+        raise MissingDataFileError(plan.table_uri, version, paths[first].as_py())
+
+
+def _scanned_file_table(plan: Plan, storage_options: dict[str, str] | None) -> pa.Table:
+    """The plan's file table as Spark's scan needs it: files Spark would skip as hidden are
+    refused; a size the log lacks (an optional ``remove.size``) is looked up."""
+    table = plan.file_table
+    paths, sizes = table.column("path").combine_chunks(), table.column("size").combine_chunks()
+    hidden = hidden_files(paths)
+    if pc.any(hidden).as_py():
+        first = pc.index(hidden, True).as_py()
+        raise UnsupportedFeatureError(
+            plan.table_uri, "data files named '_*' or '.*'", table.column("version")[first].as_py(),
+            f"Spark's file sources skip {paths[first].as_py()} as a hidden file, so its rows "
+            "would be lost. Rewrite the file under another name (e.g. OPTIMIZE), or read the "
+            "table with delta-spark.")
+    unsized = pc.less_equal(sizes, 0)
+    if not pc.any(unsized).as_py():
+        return table
+    looked_up = [file_size(path, plan.table_uri, storage_options)
+                 for path in paths.filter(unsized).to_pylist()]
+    sizes = pc.replace_with_mask(sizes, unsized, pa.array(looked_up, pa.int64()))
+    return table.set_column(table.schema.get_field_index("size"), "size", sizes)
 
 
 def _load_deletions(
@@ -213,9 +230,12 @@ def _read_round(
     round_deletions = {int(i): deletions[int(i)] for i in positions if int(i) in deletions}
     files = file_table.take(pa.array(positions))
     paths = files.column("path").combine_chunks()
-    with _serial_listing(spark, _all_local(paths)):
-        scan = read_parquet(spark.read.schema(physical_read_schema(metadata)), spark,
-                            spark_read_paths(paths))
+    reader = spark.read.schema(physical_read_schema(metadata))
+    if getattr(spark, "_jvm", None) is not None:  # a classic session: the driver is here
+        scan = scan_files(reader, spark_file_paths(paths), files.column("size").combine_chunks())
+    else:  # Spark Connect sends the paths in one message
+        with _serial_listing(spark, _all_local(paths)):
+            scan = reader.parquet(*spark_read_paths(paths).to_pylist())
     data_sql = to_logical_sql(metadata)
     if not (metadata.partition_columns or round_deletions) and data_sql is not None:
         return select_sql(spark, scan, data_sql)
