@@ -42,11 +42,19 @@ log = logging.getLogger("airflow_provider_delta.job")
 
 # Delta partition values and the oracle are in UTC; a local default would shift timestamps.
 _JOB_SESSION_CONFS = {"spark.sql.session.timeZone": "UTC"}
+# Spark 4.2.0 hangs a transform's Python UDF over a Parquet read: its columnar Arrow UDF input
+# sends the UDF in a layout the Python worker misreads, and both then wait for each other
+# (SPARK-58241, fixed on branch-4.2 later). Delta's jars for Spark 4.2 need pyspark <= 4.2.0, so
+# sink="delta-spark" meets it; the row path is what Spark used before 4.2.
+_SPARK_4_2_CONFS = {"spark.sql.execution.arrow.pythonUDF.columnarInput.enabled": "false"}
 
 
 def configure_session(spark: SparkSession) -> None:
     """Set the runtime confs every job runs with (spark-submit and Spark Connect alike)."""
-    for key, value in _JOB_SESSION_CONFS.items():
+    confs = dict(_JOB_SESSION_CONFS)
+    if spark.version.startswith("4.2."):
+        confs.update(_SPARK_4_2_CONFS)
+    for key, value in confs.items():
         spark.conf.set(key, value)
 
 
