@@ -1,6 +1,7 @@
 """SIGKILL the Spark job at each point of a load, in order, re-running after each: before the
-first batch, between batches, after a commit before the result and the watermark, and a task
-lost after the watermark. The target always ends equal to the source's rows, each once."""
+first batch, inside a batch's write (after batches committed), after a commit before the result
+and the watermark, and a task lost after the watermark. The target always ends equal to the
+source's rows, each once, and the killed write's files are in no commit."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from .conftest import (
     with_sink,
 )
 from .test_faults import Crash
+from .test_kill import _committed_paths
 from .transforms import KILL_POINT_ENV
 
 pytestmark = pytest.mark.slow
@@ -56,6 +58,12 @@ def _up_to(expected: Counter, version: int) -> Counter:
     return Counter({row: n for row, n in expected.items() if row[2] <= version})
 
 
+def _data_files(target: str) -> set[str]:
+    """The Parquet files under the target's folder, named as the log names them."""
+    return {str(path.relative_to(target)) for path in Path(target).rglob("*.parquet")
+            if "_delta_log" not in path.parts}
+
+
 def _killed(marker: str) -> None:
     """The JVM the transform SIGKILLed is gone."""
     jvm = int(Path(f"{marker}.killed").read_text())
@@ -79,12 +87,13 @@ def test_sigkill_at_every_point_then_rerun_leaves_each_row_once(
     assert not (tmp_path / "target" / "_delta_log").exists()
     assert watermark("wm_kill_points") is None
 
-    # Between batches: 0 and 1 committed, the JVM dies as batch 2 starts.
-    marker = str(tmp_path / "between")
-    assert run(f"before_write:2:{marker}") == "failed"
+    # Inside batch 2's write: 0 and 1 committed, the JVM dies while the sink writes 2's rows.
+    marker = str(tmp_path / "during")
+    assert run(f"during_write:2:{marker}") == "failed"
     _killed(marker)
     assert delta_rows(target) == _up_to(expected, 1)
     assert watermark("wm_kill_points") is None
+    left_by_kill = _data_files(target) - _committed_paths(target)
 
     # After the last commit, before the driver's result and the watermark.
     marker = str(tmp_path / "after-commit")
@@ -104,3 +113,5 @@ def test_sigkill_at_every_point_then_rerun_leaves_each_row_once(
     expected.update({(8, "n8", 4): 1, (9, None, 4): 1})
     assert delta_rows(target) == expected
     assert watermark("wm_kill_points") == {source: recorded(source, 4)}
+    # The killed write's files (staged, or in Delta's table folder) are in no commit.
+    assert not left_by_kill & _committed_paths(target)

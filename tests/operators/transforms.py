@@ -147,7 +147,8 @@ KILL_POINT_ENV = "DELTA_TEST_KILL_POINT"  # "<point>:<batch end version>:<marker
 
 def kill_at_point(spark, df, context):
     """SIGKILL the Spark JVM once, at batch ``end_version``: ``before_write`` (the batch's rows
-    are not written) or ``after_commit`` (right after the sink logs the batch's commit).
+    are not written), ``during_write`` (from a Python worker, once the sink's Spark write has
+    taken some rows) or ``after_commit`` (right after the sink logs the batch's commit).
 
     The marker file makes it fire once; its ``.killed`` twin receives the JVM's pid.
     """
@@ -160,6 +161,9 @@ def kill_at_point(spark, df, context):
     open(marker, "w").close()
     if point == "before_write":
         _kill_jvm(f"{marker}.killed")
+    if point == "during_write":
+        return out.mapInArrow(partial(_kill_jvm_after_first_batch, f"{marker}.killed"),
+                              out.schema)
     logging.getLogger("airflow_provider_delta.job.sinks").addHandler(
         _KillOnCommit(f"{marker}.killed"))
     return out
