@@ -2,7 +2,10 @@
 against a full reload of the target.
 
 Side by side in one run on one local SparkSession (the sides alternate, medians of
-``--repeat`` warm runs; the first call of each side in the fresh session is shown apart):
+``--repeat`` warm runs after a warm-up of each; the first call of each side in the fresh
+session is shown apart). Each side's CPU time (Spark's JVM and this process, all threads) is
+printed beside its wall time: on a machine other jobs load, wall times swing with their load
+while CPU times stay close to the work done.
 
 1. The feed of a table's first ``--rows`` inserted rows (``--commits`` appends), CDF on and
    off: ``read_change_feed`` (log planning + one Spark job writing every row to Spark's
@@ -30,6 +33,7 @@ import argparse
 import itertools
 import os
 import shutil
+import statistics
 import tempfile
 import time
 from collections.abc import Callable
@@ -67,7 +71,42 @@ def timed(action: Callable[[], object]) -> float:
     return time.perf_counter() - start
 
 
+class CpuClock:
+    """CPU seconds used so far by Spark's local JVM and this process (all threads), from
+    /proc; None where there is no /proc."""
+
+    def __init__(self, spark):
+        self.stat = f"/proc/{spark._jvm.java.lang.ProcessHandle.current().pid()}/stat"
+        self.tick = os.sysconf("SC_CLK_TCK")
+
+    def __call__(self) -> float | None:
+        try:
+            with open(self.stat) as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except OSError:
+            return None
+        return (int(fields[11]) + int(fields[12])) / self.tick + time.process_time()
+
+
+def side_by_side(clock: CpuClock, sides: dict[str, Callable[[], object]], repeat: int
+                 ) -> dict[str, tuple[float, float | None]]:
+    """Median (wall, CPU) seconds of each side, run alternately after one warm-up each."""
+    for action in sides.values():
+        action()
+    spent: dict[str, list[tuple[float, float | None]]] = {name: [] for name in sides}
+    for _ in range(repeat):
+        for name, action in sides.items():
+            cpu, start = clock(), time.perf_counter()
+            action()
+            wall, cpu_end = time.perf_counter() - start, clock()
+            spent[name].append((wall, None if cpu is None else cpu_end - cpu))
+    return {name: (statistics.median(w for w, _ in runs),
+                   None if runs[0][1] is None else statistics.median(c for _, c in runs))
+            for name, runs in spent.items()}
+
+
 def bench_feed(spark, work: Path, rows: int, commits: int, repeat: int) -> None:
+    clock = CpuClock(spark)
     for cdf in (True, False):
         source = str(work / f"feed-source-{'on' if cdf else 'off'}")
         write_clustered(source, rows, commits, _CDF_ON if cdf else None)
@@ -76,12 +115,15 @@ def bench_feed(spark, work: Path, rows: int, commits: int, repeat: int) -> None:
         ours = noop_write(lambda: read_change_feed(spark, source, 0, end))
         plain = noop_write(lambda: spark.read.parquet(*paths))
         first_ours = timed(ours)
-        warm_ours, warm_plain = timed_pair(ours, plain, repeat)
+        times = side_by_side(clock, {"ours": ours, "floor": plain}, repeat)
+        (wall, cpu), (floor_wall, floor_cpu) = times["ours"], times["floor"]
+        cpus = (f"; CPU {cpu:.2f}s vs {floor_cpu:.2f}s, {cpu / floor_cpu:.2f}x"
+                if cpu is not None else "")
         print(f"1. feed of {rows} rows in {commits} commits, CDF {'on' if cdf else 'off'}: "
-              f"read_change_feed {warm_ours:.3f}s (first call in the session {first_ours:.3f}s); "
-              f"Spark's floor, spark.read.parquet of the same files: {warm_plain:.3f}s; "
-              f"ratio {warm_ours / warm_plain:.2f}x (goal <= 1.5x); load average "
-              f"{os.getloadavg()[0]:.2f}")
+              f"read_change_feed {wall:.3f}s (first call in the session {first_ours:.3f}s); "
+              f"Spark's floor, spark.read.parquet of the same files: {floor_wall:.3f}s; "
+              f"ratio {wall / floor_wall:.2f}x{cpus} (goal <= 1.5x); load average "
+              f"{', '.join(f'{x:.1f}' for x in os.getloadavg())}")
         if cdf:
             def theirs() -> None:
                 pa.table(DeltaTable(source).load_cdf(starting_version=0, ending_version=end))
@@ -89,6 +131,7 @@ def bench_feed(spark, work: Path, rows: int, commits: int, repeat: int) -> None:
             warm_ours, warm_theirs = timed_pair(ours, theirs, repeat)
             print(f"   against deltalake's load_cdf into Arrow (in process, no JVM): "
                   f"{warm_ours:.3f}s vs {warm_theirs:.3f}s, {warm_ours / warm_theirs:.2f}x")
+        shutil.rmtree(source, ignore_errors=True)
 
 
 def merge_job(source: str, target: str, version: int) -> JobSpec:

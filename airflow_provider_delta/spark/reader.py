@@ -276,11 +276,21 @@ def _with_file_constants(
                                                  _FILE_ID)
             if constants[field.name] is None:
                 return None
-    index = file_index_sql(spark_file_paths(files.column("path")), _UNMATCHED_FILE)
+    index = file_index_sql(spark_file_paths(files.column("path")), _UNMATCHED_FILE,
+                           _distinct_listed_sizes(spark, files))
     rows = select_sql(spark, scan, [*data_sql, f"{index} AS {_FILE_ID}"])
     return select_sql(spark, rows, [
         f"{constants[f.name]} AS {quoted(f.name)}" if f.name in constants else quoted(f.name)
         for f in schema.fields])
+
+
+def _distinct_listed_sizes(spark: SparkSession, files: pa.Table) -> pa.Array | None:
+    """The files' sizes if they tell the files apart and are the sizes Spark's scan has: a
+    classic session's scan takes them from the plan (:func:`scan_files`); None otherwise."""
+    sizes = files.column("size").combine_chunks()
+    if getattr(spark, "_jvm", None) is None or len(pc.unique(sizes)) != len(sizes):
+        return None
+    return sizes
 
 
 def _all_local(paths: pa.Array) -> bool:

@@ -123,6 +123,22 @@ def test_partition_columns_keep_their_schema_position(spark, tmp_path):
         {("eu", 1, "insert", 0): 1, ("us", 2, "insert", 0): 1, ("us", 2, "delete", 1): 1})
 
 
+def test_rows_get_their_own_files_commit(spark, tmp_path):
+    """Rows are matched to files by size where sizes tell the plan's files apart, by path
+    where they do not (v0 and v1 write files of equal size)."""
+    path = str(tmp_path / "t")
+    batches = [[1, 2], [3, 4], list(range(10, 40))]
+    for ids in batches:
+        write_deltalake(path, pa.table({"id": pa.array(ids, pa.int64())}), mode="append")
+    expected = Counter({(i, "insert", v): 1 for v, ids in enumerate(batches) for i in ids})
+    for start in (0, 1):
+        df = read_change_feed(spark, path, start).select("id", *COMPARED)
+        assert table_rows(df.toArrow()) == Counter(
+            {row: n for row, n in expected.items() if row[2] >= start})
+        by_size = "file_size" in df._jdf.queryExecution().optimizedPlan().toString()
+        assert by_size == (start == 1)
+
+
 def test_unchanged_merge_is_skipped_as_delta_does(spark, tmp_path):
     """A MERGE commit without cdc files whose metrics report no change gives nothing in
     Delta; load_cdf reports every copied row as deleted and inserted."""
