@@ -99,6 +99,10 @@ build_wheel() {
 
 case "${1:-}" in
     setup) setup ;;
+    # The other venvs alone (CI installs them in the background while the main suite runs).
+    setup-lowest) setup_lowest ;;
+    setup-delta-spark) setup_delta_spark ;;
+    setup-airflow) setup_airflow "${2:?usage: bash scripts/dev.sh setup-airflow <airflow version>}" ;;
     demo)
         setup
         shift
@@ -130,7 +134,7 @@ case "${1:-}" in
         build_wheel "${2:-build/wheel}"
         ;;
     *)
-        echo "usage: bash scripts/dev.sh {setup|demo [--connect]|test [pytest args]|test-lowest [pytest args]|test-delta-spark [pytest args]|test-airflow <version> [pytest args]|wheel [folder]}" >&2
+        echo "usage: bash scripts/dev.sh {setup|setup-lowest|setup-delta-spark|setup-airflow <version>|demo [--connect]|test [pytest args]|test-lowest [pytest args]|test-delta-spark [pytest args]|test-airflow <version> [pytest args]|wheel [folder]}" >&2
         exit 2
         ;;
 esac
