@@ -18,7 +18,9 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from functools import reduce
 
 import numpy as np
 import pyarrow as pa
@@ -122,16 +124,25 @@ def read_plan(
     ``only_rows`` (plan position -> non-empty row indexes, for every file) reads just those
     rows of each file instead of applying deletion vectors: the change feed's vector changes.
     """
-    metadata = plan.metadata
     if not len(plan):
-        return spark.createDataFrame([], logical_schema(metadata))
-    check_files_exist(plan, storage_options)
-    file_table = _scanned_file_table(plan, storage_options)
+        return spark.createDataFrame([], logical_schema(plan.metadata))
     if only_rows is not None and not all(len(only_rows.get(i, ())) for i in range(len(plan))):
         raise InvalidParameterError(
             None, "only_rows", f"<rows of {len(only_rows)} of {len(plan)} file(s)>",
             "leaves files of the plan without rows", "list some rows of every file of the plan",
             plan.table_uri)
+    with _files_checked_meanwhile(plan, storage_options):
+        return _read_checked_plan(spark, plan, storage_options, only_rows)
+
+
+def _read_checked_plan(
+    spark: SparkSession,
+    plan: Plan,
+    storage_options: dict[str, str] | None,
+    only_rows: Mapping[int, np.ndarray] | None,
+) -> DataFrame:
+    metadata = plan.metadata
+    file_table = _scanned_file_table(plan, storage_options)
     deletions = _load_deletions(plan, storage_options) if only_rows is None else only_rows
     if metadata.column_mapping_mode == "id":
         # Per session and read at planning time; harmless for schemas without field ids.
@@ -143,12 +154,24 @@ def read_plan(
         plan.end_version, len(rounds),
     )
     row_join = "left_anti" if only_rows is None else "left_semi"
-    frames = [_read_round(spark, metadata, file_table, positions, deletions, row_join)
-              for positions in rounds]
-    result = frames[0]
-    for frame in frames[1:]:
-        result = result.union(frame)
-    return result
+    return _union([_read_round(spark, metadata, file_table, positions, deletions, row_join)
+                   for positions in rounds])
+
+
+@contextmanager
+def _files_checked_meanwhile(plan: Plan, storage_options: dict[str, str] | None
+                             ) -> Iterator[None]:
+    """:func:`check_files_exist` in a thread beside the body: its listing or requests overlap
+    Spark's work on the file index. A missing file is raised, also in place of the body's
+    error (it explains that one)."""
+    with ThreadPoolExecutor(1, thread_name_prefix="delta-provider-check") as pool:
+        check = pool.submit(check_files_exist, plan, storage_options)
+        try:
+            yield
+        except BaseException:
+            check.result()
+            raise
+        check.result()
 
 
 def check_files_exist(plan: Plan, storage_options: dict[str, str] | None) -> None:
@@ -232,21 +255,23 @@ def _read_round(
     paths = files.column("path").combine_chunks()
     reader = spark.read.schema(physical_read_schema(metadata))
     if getattr(spark, "_jvm", None) is not None:  # a classic session: the driver is here
-        scan = scan_files(reader, spark_file_paths(paths), files.column("size").combine_chunks())
+        scans = scan_files(reader, spark_file_paths(paths),
+                           files.column("size").combine_chunks())
     else:  # Spark Connect sends the paths in one message
         with _serial_listing(spark, _all_local(paths)):
-            scan = reader.parquet(*spark_read_paths(paths).to_pylist())
+            scans = [reader.parquet(*spark_read_paths(paths).to_pylist())]
     data_sql = to_logical_sql(metadata)
     if not (metadata.partition_columns or round_deletions) and data_sql is not None:
-        return select_sql(spark, scan, data_sql)
-    if not round_deletions and len(files) <= LOOKUP_MAX_FILES and data_sql is not None:
-        looked_up = _with_file_constants(spark, scan, metadata, files, data_sql)
+        return select_sql(spark, _union(scans), data_sql)
+    if (not round_deletions and len(scans) == 1 and len(files) <= LOOKUP_MAX_FILES
+            and data_sql is not None):
+        looked_up = _with_file_constants(spark, scans[0], metadata, files, data_sql)
         if looked_up is not None:
             return looked_up
     scan_columns = [F.col("*"), F.col("_metadata.file_path").alias(_FILE)]
     if round_deletions:
         scan_columns.append(F.col("_metadata.row_index").alias(_ROW))
-    rows = scan.select(*scan_columns)
+    rows = _union([scan.select(*scan_columns) for scan in scans])
     columns = _result_columns(metadata)
     if not (metadata.partition_columns or round_deletions):
         return rows.select(*columns)
@@ -259,6 +284,10 @@ def _read_round(
             F.broadcast(_deletions_frame(spark, round_deletions)), [_FILE_ID, _ROW], row_join
         )
     return rows.select(_unmatched_file_guard(columns[0], metadata), *columns[1:])
+
+
+def _union(frames: list[DataFrame]) -> DataFrame:
+    return reduce(DataFrame.union, frames)
 
 
 def _with_file_constants(

@@ -4,6 +4,7 @@ its own partition values and deletion vector, whatever its folder or name spelli
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -14,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_provider_delta.errors import UnsupportedFeatureError
-from airflow_provider_delta.spark import read_changes, read_snapshot
+from airflow_provider_delta.spark import file_index, read_changes, read_snapshot
 from airflow_provider_delta.spark.handoff import LOOKUP_MAX_FILES
 from tests.spark.conftest import inline_deletion_vector, spark_rows, write_commit
 
@@ -97,3 +98,17 @@ def test_a_file_spark_would_skip_by_its_name_is_refused(spark, tmp_path, name):
     with pytest.raises(UnsupportedFeatureError) as error:
         read_changes(spark, str(table), 3, 3)
     assert error.value.version == 3 and name in str(error.value)
+
+
+def test_a_plan_split_into_scans_reads_every_file_once(spark, tmp_path, monkeypatch):
+    """Past PART_FILES files a plan becomes several scans built side by side and unioned."""
+    monkeypatch.setattr(file_index, "PART_FILES", 7)
+    monkeypatch.setattr(file_index.os, "cpu_count", lambda: 4)
+    _table(tmp_path / "t")
+    path = str(tmp_path / "t")
+    snapshot = read_snapshot(spark, path)
+    plan = snapshot._jdf.queryExecution().optimizedPlan().toString()
+    assert len(re.findall(r"Relation \[[^]]*\] parquet", plan)) == 4
+    assert spark_rows(snapshot) == _rows(range(FILES), {0: DELETED})
+    assert spark_rows(read_changes(spark, path, 1, 2, ignore_changes=True)) == (
+        _rows(range(FILES)) + _rows(range(1), {0: DELETED}))
