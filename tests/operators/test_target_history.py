@@ -6,13 +6,10 @@ commit that loses a race with another process's append is rebuilt once, nothing 
 
 from __future__ import annotations
 
-import http.client
 import subprocess
 import sys
-import threading
 from collections import Counter
 from dataclasses import replace
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pyarrow as pa
@@ -29,6 +26,8 @@ from airflow_provider_delta.job.sinks.target_log import (
 )
 from airflow_provider_delta.job.spec import JobSpec, SinkSpec
 from airflow_provider_delta.operators import DeltaIncrementalOperator
+
+from tests.moto_s3 import counted_requests, put_tree
 
 from .conftest import append_rows, delta_rows
 from .long_history import grow_with_foreign_appends
@@ -222,56 +221,6 @@ def test_merge_racing_another_process_merges_once(tmp_path, caplog):
     assert TargetLog.open(sink).first_unwritten(0, 5) == 2
 
 
-class _CountingProxy(ThreadingHTTPServer):
-    """Forwards HTTP requests to ``upstream`` and counts them (method, first path segment)."""
-
-    def __init__(self, upstream: str):
-        host, _, port = upstream.removeprefix("http://").partition(":")
-        self.upstream = (host, int(port))
-        self.requests: Counter = Counter()
-        super().__init__(("127.0.0.1", 0), _Forward)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-
-class _Forward(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def _forward(self) -> None:
-        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        self.server.requests[self.command] += 1
-        upstream = http.client.HTTPConnection(*self.server.upstream, timeout=60)
-        upstream.request(self.command, self.path, body=body, headers=dict(self.headers))
-        answer = upstream.getresponse()
-        payload = answer.read()
-        self.send_response(answer.status)
-        for name, value in answer.getheaders():
-            if name.lower() not in ("content-length", "transfer-encoding", "connection"):
-                self.send_header(name, value)
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-        upstream.close()
-
-    do_GET = do_PUT = do_HEAD = do_POST = do_DELETE = _forward
-
-    def log_message(self, *args) -> None:
-        pass
-
-
-def _put_tree(local: Path, prefix: str) -> None:
-    """Copy a folder into the moto server's bucket inside this process (no HTTP: fast)."""
-    from moto.core.models import DEFAULT_ACCOUNT_ID
-    from moto.s3.models import s3_backends
-
-    backend = s3_backends[DEFAULT_ACCOUNT_ID]["aws"]
-    for path in local.rglob("*"):
-        if path.is_file():
-            backend.put_object("lake", f"{prefix}/{path.relative_to(local)}", path.read_bytes())
-
-
 def _load_counting_requests(s3_options, tmp_path: Path, commits: int) -> Counter:
     """A merge load's requests to an S3 target of ``commits`` versions (one of it the
     provider's first load, the rest other writers' appends; a checkpoint at the newest)."""
@@ -288,25 +237,18 @@ def _load_counting_requests(s3_options, tmp_path: Path, commits: int) -> Counter
     run_job(None, JobSpec(table_uri=source, start=LoadStart("changes", 0), sink=local_sink,
                           end_version=0, change_feed=True))
     grow_with_foreign_appends(local, commits - 1, ROWS, checkpoints="newest")
-    _put_tree(local, f"history-{commits}")
+    put_tree(local, f"history-{commits}")
     write_deltalake(source, pa.table({"id": pa.array([2], pa.int64()), "name": ["b"]}),
                     mode="append")
 
-    proxy = _CountingProxy(s3_options["AWS_ENDPOINT_URL"])
-    thread = threading.Thread(target=proxy.serve_forever, daemon=True)
-    thread.start()
-    try:
-        counted = dict(s3_options, AWS_ENDPOINT_URL=proxy.url)
+    with counted_requests(s3_options) as (counted, requests):
         spec = JobSpec(table_uri=source, start=LoadStart("changes", 0), end_version=1,
                        change_feed=True, storage_options=counted,
                        sink=replace(sink, storage_options=counted))
         result = run_job(None, spec)
-    finally:
-        proxy.shutdown()
-        proxy.server_close()
     assert [(b.start_version, b.end_version) for b in result.batches] == [(1, 1)]
     assert DeltaTable(target, storage_options=s3_options).version() == commits
-    return proxy.requests
+    return requests
 
 
 def test_a_loads_requests_to_an_s3_target_do_not_grow_with_its_history(s3_options, tmp_path):
