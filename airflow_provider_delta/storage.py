@@ -18,6 +18,7 @@ import shutil
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
+from typing import NamedTuple
 from urllib.parse import unquote
 
 import numpy as np
@@ -60,6 +61,9 @@ _LISTED_FOLDER_FILES = 256  # from this many files in one folder, list it instea
 _LIST_PAGE_KEYS = 1000
 _LISTED_KEYS_PER_FILE = 20
 _OBJECT_URI = "^[A-Za-z][A-Za-z0-9+.-]*://[^/]+/."
+# S3 starts a listing after a given key; obstore filters other stores' listings on the client,
+# where skipped keys would cost requests the budget above does not see: they list from the top.
+_START_AFTER_SCHEMES = ("s3://", "s3a://", "s3n://")
 _LOCAL_URI_PREFIX = r"^file:(//(localhost)?)?/"
 
 StorageOptions = dict[str, str] | None
@@ -373,12 +377,18 @@ def _missing_in_stores(uris: pa.Array, table_uri: str, storage_options: StorageO
     for bucket, rows in _row_groups(buckets):
         store = _bucket_store(bucket, frozen, table_uri)
         taken = pa.array(rows)
-        missing[rows] = _missing_in_bucket(store, keys.take(taken), uris.take(taken), table_uri,
-                                           storage_options)
+        listing = _Listing(store, bucket.lower().startswith(_START_AFTER_SCHEMES))
+        missing[rows] = _missing_in_bucket(listing, keys.take(taken), uris.take(taken),
+                                           table_uri, storage_options)
     return missing
 
 
-def _missing_in_bucket(store: ObjectStore, keys: pa.Array, uris: pa.Array, table_uri: str,
+class _Listing(NamedTuple):
+    store: ObjectStore
+    starts_after: bool  # whether the store itself skips the keys before a given one
+
+
+def _missing_in_bucket(listing: _Listing, keys: pa.Array, uris: pa.Array, table_uri: str,
                        storage_options: StorageOptions) -> np.ndarray:
     """Listings settle the keys of the prefixes worth listing; the rest get a HEAD each."""
     folders = pc.replace_substring_regex(keys, "(^|/)[^/]*$", "")
@@ -394,7 +404,7 @@ def _missing_in_bucket(store: ObjectStore, keys: pa.Array, uris: pa.Array, table
         log.info("%s: checking %d data files exist by listing %s", table_uri, len(rows),
                  prefix or "the bucket")
         try:
-            settled, lost = _listed(store, prefix, keys.take(pa.array(rows)))
+            settled, lost = _listed(listing, prefix, keys.take(pa.array(rows)))
         except STORE_ERRORS as exc:
             raise storage_error(table_uri, exc, storage_options) from exc
         missing[rows] = lost
@@ -436,9 +446,9 @@ def _depth(prefix: str) -> int:
     return prefix.count("/") + 1 if prefix else 0
 
 
-def _listed(store: ObjectStore, prefix: str, keys: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """List ``prefix`` from just before the first of ``keys`` (keys sort as the store lists
-    them) until past the last one, or until the listing has passed ``_LISTED_KEYS_PER_FILE``
+def _listed(listing: _Listing, prefix: str, keys: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """List ``prefix`` (on S3 from just before the first of ``keys``; keys sort as the store
+    lists them) until past the last one, or until the listing has passed ``_LISTED_KEYS_PER_FILE``
     keys a file. Returns which of ``keys`` the listing settled, and which of those are
     missing."""
     first, last = (value.as_py() for value in pc.min_max(keys).values())
@@ -446,7 +456,8 @@ def _listed(store: ObjectStore, prefix: str, keys: pa.Array) -> tuple[np.ndarray
     pages: list[pa.Array] = []
     passed = 0
     reached = None  # the last key listed, if the listing stopped before its end
-    for batch in obstore.list(store, prefix or None, offset=first[:-1] or None,
+    offset = (first[:-1] or None) if listing.starts_after else None
+    for batch in obstore.list(listing.store, prefix or None, offset=offset,
                               chunk_size=_LIST_PAGE_KEYS, return_arrow=True):
         page = pa.record_batch(batch).column("path").cast(pa.string())
         pages.append(page)
