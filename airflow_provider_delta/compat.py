@@ -42,6 +42,7 @@ __all__ = [
     "BaseHook", "BaseOperatorLink", "BaseSensorOperator", "PokeReturnValue", "TriggerEvent",
     "Variable", "aget_connection", "amask_secret", "asset", "conf", "first_reschedule_date",
     "get_current_context", "mask_secret", "require_airflow", "trigger_asset_state", "variable_key",
+    "variable_key_of_airflow_3_0",
 ]
 
 _INSTALLED = Version(Version(AIRFLOW_VERSION).base_version)
@@ -84,8 +85,14 @@ def variable_key(key: str) -> str:
     API routes a Variable key only up to its first "/" (a 404 for ``name:/path``; 3.1 takes the
     whole path), so there each "/" is stored as "|"."""
     if airflow_at_least("3.0.0") and not airflow_at_least("3.1.0"):
-        return key.replace("/", "|")
+        return variable_key_of_airflow_3_0(key)
     return key
+
+
+def variable_key_of_airflow_3_0(key: str) -> str:
+    """The name Airflow 3.0 kept the Variable ``key`` under (see :func:`variable_key`): still
+    read after an upgrade."""
+    return key.replace("/", "|")
 
 
 async def aget_connection(conn_id: str) -> Connection:

@@ -13,9 +13,10 @@ recorded) still reads, without the id check. One small interface, three stores:
     mapped task reads the XCom of its own map index: each mapped load has its own watermark.
 ``"variable"``
     The Airflow Variable ``<key>:<table_uri>``: one per (consumer, table), so tasks loading
-    different tables never overwrite each other's watermarks. The older layout, JSON
-    ``{table_uri: watermark, ...}`` in the Variable ``key``, still reads. A write is read
-    back: a Variable shadowed by a secrets backend would otherwise silently keep its old value.
+    different tables never overwrite each other's watermarks. Airflow 3.0's spelling of it
+    (each "/" as "|") and the older layout, JSON ``{table_uri: watermark, ...}`` in the
+    Variable ``key``, still read. A write is read back: a Variable shadowed by a secrets
+    backend would otherwise silently keep its old value.
 ``"asset_state"``
     The asset state store of Airflow >= 3.3 (AIP-103): ``key`` inside the state of ``asset``
     (an :class:`~airflow.sdk.Asset`, or its name), or of the task's only inlet/outlet when
@@ -182,16 +183,29 @@ class VariableWatermarkStore(WatermarkStore):
     :func:`~airflow_provider_delta.compat.variable_key`), one per (consumer, table).
 
     One Variable per table: two tasks writing the watermarks of two tables never
-    read-modify-write the same Variable, so neither can undo the other's write. The older
-    layout, JSON ``{table_uri: watermark}`` in the Variable ``key``, is still read until the
-    first write.
+    read-modify-write the same Variable, so neither can undo the other's write.
+
+    A read takes the first of: the Variable ``<key>:<table_uri>``; on every Airflow but 3.0,
+    the Variable Airflow 3.0 wrote (each "/" as "|"), so an upgrade from 3.0 keeps the
+    watermark; the older layout, JSON ``{table_uri: watermark}`` in the Variable ``key``. A
+    write stores ``<key>:<table_uri>`` and, once that reads back, deletes the 3.0 Variable:
+    left behind, it would come back as the watermark when ``<key>:<table_uri>`` is deleted to
+    start over with ``initial``. The older layout is left as it is (other tables may still
+    read it).
+
+    Airflow 3.0's spelling cannot tell "/" from "|": table URIs that differ only there (``a/b``
+    and ``a|b``) shared one Variable on 3.0, and after the upgrade each of them reads it and
+    the first write deletes it. A watermark with a table id of the other table fails the id
+    check (:func:`watermark_for_table`); a plain int cannot be checked.
     """
 
     def __init__(self, *, key: str, table_uri: str):
-        from airflow_provider_delta.compat import variable_key
+        from airflow_provider_delta.compat import variable_key, variable_key_of_airflow_3_0
 
         super().__init__(key=key, table_uri=table_uri)
         self.variable = variable_key(f"{key}:{table_uri}")
+        on_3_0 = variable_key_of_airflow_3_0(f"{key}:{table_uri}")
+        self.variable_of_3_0 = None if on_3_0 == self.variable else on_3_0  # None: on 3.0 itself
         if len(self.variable) > VARIABLE_KEY_LIMIT:
             raise WatermarkError(
                 f"{table_uri}: the watermark Variable {self.variable!r} would be longer than "
@@ -203,9 +217,10 @@ class VariableWatermarkStore(WatermarkStore):
         return f"Airflow Variable {self.variable!r}"
 
     def _get(self, context: Context) -> Any:
-        text = _variable_text(self.variable)
-        if text is not None:
-            return self._decoded(text, self.variable)
+        for variable in filter(None, (self.variable, self.variable_of_3_0)):
+            text = _variable_text(variable)
+            if text is not None:
+                return self._decoded(text, variable)
         return self._shared_layout().get(self.table_uri)
 
     def _shared_layout(self) -> dict[str, Any]:
@@ -244,6 +259,25 @@ class VariableWatermarkStore(WatermarkStore):
                 "choose another key.",
                 table_uri=self.table_uri,
             )
+        self._delete_variable_of_3_0()
+
+    def _delete_variable_of_3_0(self) -> None:
+        """Delete the Variable Airflow 3.0 wrote, now that ``self.variable`` holds the watermark.
+        A failed delete only warns: the watermark is written and takes precedence."""
+        from airflow_provider_delta.compat import Variable
+
+        if self.variable_of_3_0 is None or _variable_text(self.variable_of_3_0) is None:
+            return
+        try:
+            Variable.delete(self.variable_of_3_0)
+        except Exception as err:  # noqa: BLE001 - the watermark itself is stored
+            log.warning("%s: the watermark is now in Airflow Variable %r, but Airflow 3.0's "
+                        "Variable %r could not be deleted (%s). Delete it by hand: deleting "
+                        "%r would otherwise bring its watermark back.", self.table_uri,
+                        self.variable, self.variable_of_3_0, err, self.variable)
+        else:
+            log.info("%s: moved the watermark from Airflow 3.0's Variable %r to %r",
+                     self.table_uri, self.variable_of_3_0, self.variable)
 
 
 def _variable_text(name: str) -> str | None:

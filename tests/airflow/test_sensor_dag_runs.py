@@ -97,6 +97,27 @@ def test_watermark_records_the_table_id(run_dag, growing_table, ranges_of, xcom_
     Variable.delete(WATERMARK_KEY)
 
 
+def test_variable_watermark_of_airflow_3_0_is_read_and_moved_after_an_upgrade(
+    run_dag, growing_table, ranges_of
+):
+    """Airflow 3.0 stored ``<key>:<table_uri>`` with each "/" as "|"; after an upgrade the
+    sensor goes on from it, and the next write stores the "/" spelling and drops the old one."""
+    from airflow.models import Variable
+    from deltalake import DeltaTable
+
+    table = growing_table(3)
+    table_id = DeltaTable(table.uri).metadata().id
+    name = f"{WATERMARK_KEY}:{table.uri}"
+    name_on_3_0 = name.replace("/", "|")
+    Variable.set(name_on_3_0, json.dumps({"version": 1, "table_id": table_id}))
+    dag = incremental_dag("delta_variable_from_3_0", table.uri, "variable", table_id=table_id)
+    assert ranges_of(run_dag(dag)) == (2, 2)  # not initial="earliest"'s (0, 2)
+    assert Variable.get(name, deserialize_json=True) == {"version": 2, "table_id": table_id}
+    assert Variable.get(name_on_3_0, default_var=None) is None
+    table.append()
+    assert ranges_of(run_dag(dag)) == (3, 3)
+
+
 @pytest.mark.parametrize(("case", "stored", "message"), [
     ("malformed", lambda uri: "{not json", "Airflow Variable 'bad_watermark_malformed' is not JSON"),
     ("ahead", lambda uri: json.dumps({uri: 9}),

@@ -3,6 +3,7 @@ that must not move back, mapped task instances each with their own watermark."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -82,6 +83,37 @@ def test_a_watermark_moves_back_only_with_an_explicit_reset(run_dag, task_states
     run = run_dag(dag)
     assert task_states(run) == {"write_back": "success"}
     assert xcom_value(run, "write_back") == 3
+
+
+def test_variable_watermark_spellings_in_order_of_precedence(run_dag, xcom_value, tmp_path):
+    """The "/" spelling, then Airflow 3.0's "|" spelling, then the shared layout."""
+    table_uri = str(tmp_path / "orders")
+    twin_uri = f"{tmp_path}|orders"  # Airflow 3.0 spelled its Variable as table_uri's
+    name = f"wm_spelled:{table_uri}"
+    with DAG("watermark_spellings", schedule=None, start_date=datetime(2024, 1, 1)) as dag:
+        @task
+        def read_each() -> list:
+            from airflow.sdk import Variable
+
+            context = get_current_context()
+            store = make_watermark_store("variable", key="wm_spelled", table_uri=table_uri)
+            Variable.set("wm_spelled", json.dumps({table_uri: 1}))
+            Variable.set(name.replace("/", "|"), "2")
+            Variable.set(name, "3")
+            found = []
+            for stored in (name, name.replace("/", "|")):
+                found.append(store.read(context))
+                Variable.delete(stored)
+            found.append(store.read(context))
+            Variable.set(name.replace("/", "|"), "4")  # cannot be told apart: both read it
+            twin = make_watermark_store("variable", key="wm_spelled", table_uri=twin_uri)
+            found.append(twin.read(context))
+            Variable.delete("wm_spelled")
+            return found
+
+        read_each()
+
+    assert xcom_value(run_dag(dag), "read_each") == [3, 2, 1, 4]
 
 
 def test_each_mapped_task_instance_reads_its_own_xcom_watermark(run_dag, xcom_value, tmp_path):

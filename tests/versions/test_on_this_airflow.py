@@ -1,11 +1,12 @@
 """What must hold on every supported Airflow (2.11 to 3.3): `bash scripts/dev.sh test-airflow X`.
 
 The package imports whole; the newer-only features refuse by name on older versions; the
-connection type, its form and its Test button; and the DAG a user writes -- sensor with a
-Variable watermark, then an incremental load into a Delta target through spark-submit -- run
-twice with ``dag.test()`` in fresh processes from the installed wheel: first the snapshot, then
-only the new version. Where Airflow's ``dag.test()`` hands deferred tasks to a running triggerer
-(Airflow 2), the second run's sensor defers to a real ``airflow triggerer`` process.
+connection type, its form and its Test button; a watermark Variable Airflow 3.0 wrote still
+reads; and the DAG a user writes -- sensor with a Variable watermark, then an incremental load
+into a Delta target through spark-submit -- run twice with ``dag.test()`` in fresh processes
+from the installed wheel: first the snapshot, then only the new version. Where Airflow's
+``dag.test()`` hands deferred tasks to a running triggerer (Airflow 2), the second run's sensor
+defers to a real ``airflow triggerer`` process.
 """
 
 from __future__ import annotations
@@ -28,7 +29,12 @@ import pytest
 from deltalake import DeltaTable, QueryBuilder, write_deltalake
 
 import airflow_provider_delta
-from airflow_provider_delta.compat import AIRFLOW_VERSION, airflow_at_least, variable_key
+from airflow_provider_delta.compat import (
+    AIRFLOW_VERSION,
+    airflow_at_least,
+    variable_key,
+    variable_key_of_airflow_3_0,
+)
 from airflow_provider_delta.errors import AirflowVersionError
 from tests.processes import stop, wait_for
 
@@ -143,6 +149,19 @@ def test_form_text_for_storage_options_reads_as_json():
 
     assert options('{"aws_region": "eu-west-1"}') == options({"aws_region": "eu-west-1"})
     assert options('{"aws_region": "eu-west-1"}')["AWS_REGION"] == "eu-west-1"
+
+
+def test_variable_watermark_of_airflow_3_0_still_reads(monkeypatch, tmp_path):
+    """A watermark Airflow 3.0 stored (each "/" as "|") reads on every version: on 3.0 it is
+    the store's own Variable, elsewhere the one an upgrade from 3.0 left."""
+    from airflow_provider_delta.watermarks import Watermark, make_watermark_store
+
+    uri = str(tmp_path / "orders")
+    # An environment variable is a real Airflow Variable (secrets backend), no task needed.
+    name_on_3_0 = variable_key_of_airflow_3_0(f"wm_upgrade:{uri}")
+    monkeypatch.setenv(f"AIRFLOW_VAR_{name_on_3_0.upper()}", '{"version": 4, "table_id": "t1"}')
+    store = make_watermark_store("variable", key="wm_upgrade", table_uri=uri)
+    assert store.read_watermark({}) == Watermark(4, "t1")
 
 
 # -- the DAG a user writes, run twice in fresh processes from the installed wheel ----------
