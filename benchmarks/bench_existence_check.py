@@ -15,7 +15,6 @@ Run: ``.venv/bin/python benchmarks/bench_existence_check.py [--files 10000] [--o
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from pathlib import Path
 
@@ -24,6 +23,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 from bench_core import median_seconds  # noqa: E402
+from core_s3 import moto_bucket  # noqa: E402
 
 from airflow_provider_delta.storage import missing_file_mask, missing_files  # noqa: E402
 from tests.moto_s3 import counted_requests  # noqa: E402
@@ -31,24 +31,11 @@ from tests.moto_s3 import counted_requests  # noqa: E402
 BUCKET = "bench"
 
 
-def moto_table(files: int, others: int) -> tuple[dict[str, str], list[str], set[str]]:
-    """Start moto with the table's objects put in-process; (storage options, the plan's URIs,
-    the missing ones). The server stops with the process."""
-    import boto3
+def put_table(files: int, others: int) -> tuple[list[str], set[str]]:
+    """The table's objects put into moto in-process; (the plan's URIs, the missing ones)."""
     from moto.core.models import DEFAULT_ACCOUNT_ID
     from moto.s3.models import s3_backends
-    from moto.server import ThreadedMotoServer
 
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    options = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench",
-               "AWS_REGION": "us-east-1", "AWS_ENDPOINT_URL": f"http://{host}:{port}",
-               "AWS_ALLOW_HTTP": "true"}
-    boto3.client("s3", endpoint_url=options["AWS_ENDPOINT_URL"], region_name="us-east-1",
-                 aws_access_key_id="bench", aws_secret_access_key="bench",
-                 ).create_bucket(Bucket=BUCKET)
     backend = s3_backends[DEFAULT_ACCOUNT_ID]["aws"]
     keys = [f"t/p=0/part-{n:06d}.parquet" for n in range(files)]
     keys += [f"t/p={1 + n // 5}/part-{n:06d}.parquet" for n in range(others)]
@@ -58,8 +45,7 @@ def moto_table(files: int, others: int) -> tuple[dict[str, str], list[str], set[
             backend.put_object(BUCKET, key, b"")
     for version in range(100):
         backend.put_object(BUCKET, f"t/_delta_log/{version:020d}.json", b"")
-    uris = [f"s3://{BUCKET}/{key}" for key in keys]
-    return options, uris, {f"s3://{BUCKET}/{key}" for key in missing}
+    return [f"s3://{BUCKET}/{key}" for key in keys], {f"s3://{BUCKET}/{key}" for key in missing}
 
 
 def main() -> None:
@@ -68,7 +54,12 @@ def main() -> None:
     parser.add_argument("--others", type=int, default=100)
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
-    options, uris, missing = moto_table(args.files, args.others)
+    with moto_bucket(BUCKET) as options:
+        run(options, *put_table(args.files, args.others), args)
+
+
+def run(options: dict[str, str], uris: list[str], missing: set[str],
+        args: argparse.Namespace) -> None:
     column = pa.array(uris, pa.string())
     table = f"s3://{BUCKET}/t"
 

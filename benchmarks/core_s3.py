@@ -18,6 +18,14 @@ BUCKET = "bench"
 @contextmanager
 def moto_s3_logs(tables: dict[int, Path]) -> Iterator[tuple[dict[str, str], dict[int, str]]]:
     """Start moto, upload each table's ``_delta_log``; yield (storage_options, {key: s3 uri})."""
+    with moto_bucket(BUCKET) as options:
+        yield options, {key: upload_log(path, f"s3://{BUCKET}/{path.name}", options)
+                        for key, path in tables.items()}
+
+
+@contextmanager
+def moto_bucket(bucket: str) -> Iterator[dict[str, str]]:
+    """A moto S3 server on 127.0.0.1 holding an empty ``bucket``; yields its storage options."""
     import boto3
     from moto.server import ThreadedMotoServer
 
@@ -31,10 +39,8 @@ def moto_s3_logs(tables: dict[int, Path]) -> Iterator[tuple[dict[str, str], dict
                    "AWS_ALLOW_HTTP": "true"}
         boto3.client("s3", endpoint_url=options["AWS_ENDPOINT_URL"], region_name="us-east-1",
                      aws_access_key_id="bench", aws_secret_access_key="bench",
-                     ).create_bucket(Bucket=BUCKET)
-        uris = {key: upload_log(path, f"s3://{BUCKET}/{path.name}", options)
-                for key, path in tables.items()}
-        yield options, uris
+                     ).create_bucket(Bucket=bucket)
+        yield options
     finally:
         server.stop()
 
