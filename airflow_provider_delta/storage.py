@@ -25,7 +25,7 @@ import numpy as np
 import obstore
 import pyarrow as pa
 import pyarrow.compute as pc
-from obstore.store import ObjectStore, from_url
+from obstore.store import LocalStore, ObjectStore, from_url
 
 from airflow_provider_delta.credential_keys import credential_key_names
 from airflow_provider_delta.errors import (
@@ -167,12 +167,13 @@ def open_store(path_or_uri: str, storage_options: StorageOptions = None,
     A URI or option obstore refuses is a StorageLocationError of ``table_uri`` (default: the
     URI itself): no request was made, so nothing else can be wrong.
     """
-    uri = store_uri(path_or_uri)
+    path = local_path(path_or_uri)
     config, client = split_storage_options(storage_options)
     try:
-        if uri.startswith("file://"):
-            return from_url(uri + "/", mkdir=True)
-        return from_url(uri + "/", config=config or None, client_options=client or None)
+        if path is not None:  # not as a URL: that would cut the path at "#" or "?"
+            return LocalStore(prefix=path, mkdir=True)
+        return from_url(store_uri(path_or_uri) + "/", config=config or None,
+                        client_options=client or None)
     except STORE_ERRORS as exc:
         raise StorageLocationError(table_uri or path_or_uri, short_message(exc)) from exc
 

@@ -118,6 +118,27 @@ def shared_table(tmp_path):
     return copy
 
 
+# A folder name a file:// URL would cut at "#" (fragment) or "?" (query) and decode at "%41".
+URL_CHARACTERS = "t#1 ?x%41 é"
+
+
+@pytest.fixture
+def url_characters_table(tmp_path):
+    """A partitioned Delta table of three appends in the folder ``URL_CHARACTERS``; returns
+    (its path, the path of a copy under a plain name for deltalake's own reads: deltalake 1.6
+    reads ``%41`` in a local path as ``A``). The paths in its log are relative."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    plain, table = tmp_path / "plain", tmp_path / URL_CHARACTERS
+    for start in (0, 3, 6):
+        ids = list(range(start, start + 3))
+        write_deltalake(plain, pa.table({"id": ids, "part": ["a", "b#?%41 é", "a"]}),
+                        partition_by=["part"], mode="append")
+    shutil.copytree(plain, table)
+    return str(table), str(plain)
+
+
 # Commit times of time-travel-start-start20-start40 as the generator wrote them (epoch ms).
 TIME_TRAVEL_COMMIT_MS = (1540415658000, 1540415658000 + 20 * 60_000, 1540415658000 + 40 * 60_000)
 

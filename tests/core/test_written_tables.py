@@ -7,6 +7,7 @@ import json
 import os
 from pathlib import Path
 
+import obstore
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -19,6 +20,9 @@ from airflow_provider_delta.errors import (
     DeltaProviderError, InvalidParameterError, LogGapError, SchemaChangeError, TableNotFoundError,
     VersionNotAvailableError,
 )
+from airflow_provider_delta.core.delta_log import TableLocation
+from airflow_provider_delta.core.probe import VersionProbe
+from tests.conftest import URL_CHARACTERS
 from tests.core.conftest import data_change_adds
 
 
@@ -81,6 +85,26 @@ def test_snapshot_at_every_hundredth_version_matches_deltalake(thousand_commits)
         ours = sorted(f.path for f in plan_snapshot(thousand_commits, version=version))
         assert ours == sorted("file://" + p for p in DeltaTable(thousand_commits, version=version)
                               .file_uris())
+
+
+def test_a_table_in_a_folder_named_like_a_url(url_characters_table):
+    """Every reader of the log finds the table in its own folder, not where a URL would end."""
+    path, copy = url_characters_table
+    adds = {v: data_change_adds(path, v) for v in range(3)}
+    live = sorted(f"file://{u}".replace(copy, path) for u in DeltaTable(copy).file_uris())
+    head_ms = os.stat(Path(path, "_delta_log", f"{2:020d}.json")).st_mtime_ns // 1_000_000
+    for table_uri in (path, f"file://{path}"):
+        assert latest_version(table_uri) == 2
+        assert [f.path for f in plan_changes(table_uri, 1, 2).files] == adds[1] + adds[2]
+        assert sorted(f.path for f in plan_snapshot(table_uri).files) == live
+        probe = VersionProbe(table_uri)
+        assert probe.new_range(1, probe.latest(0)) == {
+            "table_uri": table_uri, "start_version": 1, "end_version": 2,
+            "latest_commit_timestamp": head_ms}
+        store = TableLocation(table_uri).store  # how object stores are read
+        assert sorted(m["path"] for c in obstore.list(store, prefix="_delta_log/") for m in c) == [
+            f"_delta_log/{v:020d}.json" for v in range(3)]
+    assert len(live) == 6 and all(f"/{URL_CHARACTERS}/part=" in u for u in live)
 
 
 def test_vacuumed_file_is_still_planned_from_the_log(tmp_path):

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import obstore
 import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
 from airflow_provider_delta.core import latest_version, plan_snapshot
 from airflow_provider_delta.errors import StorageLocationError
+from airflow_provider_delta.storage import list_files, open_store, read_text, write_text
+from tests.conftest import URL_CHARACTERS
 
 
 @pytest.fixture
@@ -30,3 +33,16 @@ def test_every_local_spelling_reads_the_table(local_table, spelling, monkeypatch
 def test_a_file_uri_of_another_host_is_refused_naming_the_uri():
     with pytest.raises(StorageLocationError, match="file://fileserver/share/t.*local host"):
         latest_version("file://fileserver/share/t")
+
+
+def test_a_folder_named_like_a_url_is_that_folder_to_the_store(tmp_path):
+    """A local path reaches obstore as a path: as a file:// URL it was cut at "#"."""
+    folder = tmp_path / URL_CHARACTERS
+    write_text(f"{folder}/job/spec.json", "{}")
+    obstore.put(open_store(f"file://{folder}/job"), "part=%2541 é/x#?.bin", b"x")
+
+    assert read_text(f"file://{folder}/job/spec.json") == "{}"
+    assert sorted(m["path"] for m in list_files(str(folder), "job/")) == [
+        "job/part=%2541 é/x#?.bin", "job/spec.json"]
+    assert (folder / "job" / "part=%2541 é" / "x#?.bin").read_bytes() == b"x"
+    assert [p.name for p in tmp_path.iterdir()] == [URL_CHARACTERS]  # nothing where it was cut
