@@ -113,6 +113,13 @@ def to_uri(path_or_uri: str) -> str:
     return "file://" + path.rstrip("/") if path is not None else path_or_uri.rstrip("/")
 
 
+def deltalake_uri(path_or_uri: str) -> str:
+    """The location to hand deltalake: a local table by its plain path (deltalake parses a
+    ``file://`` URI as a URL, cutting it at ``#`` or ``?``), others as :func:`to_uri`."""
+    path = local_path(path_or_uri)
+    return path.rstrip("/") or "/" if path is not None else to_uri(path_or_uri)
+
+
 def store_uri(path_or_uri: str) -> str:
     """The URI obstore knows a location by: :func:`to_uri`, Spark's ``s3a://`` and ``s3n://``
     as ``s3://``."""

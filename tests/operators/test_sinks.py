@@ -3,16 +3,23 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 from collections import Counter
+from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
+from airflow_provider_delta.core import LoadStart
 from airflow_provider_delta.errors import SinkSchemaMismatchError
+from airflow_provider_delta.job.driver import run_job
 from airflow_provider_delta.job.sinks import DeltaAppendSink, FormatSink
+from airflow_provider_delta.job.sinks.blind_append import ENGINE
 from airflow_provider_delta.job.sinks.targets import STAGING_FOLDER
-from airflow_provider_delta.job.spec import SinkSpec
+from airflow_provider_delta.job.spec import JobSpec, SinkSpec
+from tests.conftest import URL_CHARACTERS
 
 from .conftest import delta_rows
 
@@ -25,6 +32,35 @@ def _frame(spark, rows):
 
 ROWS_A = [(1, "a b", dt.datetime(2024, 1, 1, 12, tzinfo=dt.timezone.utc)), (2, None, None)]
 ROWS_B = [(3, "c/d%", dt.datetime(2024, 1, 2, tzinfo=dt.timezone.utc))]
+
+
+def test_a_load_between_folders_named_like_urls(spark, url_characters_table, tmp_path):
+    """Source and targets in folders a file:// URL would cut at "#" or "?": every batch lands
+    in the named target, once, and nothing is made where the URL would end."""
+    source, copy = url_characters_table
+    delta_target, files_target = str(tmp_path / "out#2 ?y é"), str(tmp_path / "files#2 ?y é")
+
+    def load(kind: str, target: str, end: int):
+        sink = SinkSpec(kind=kind, path=target, app_id="url-characters")
+        return run_job(spark, JobSpec(table_uri=source, start=LoadStart("changes", 0),
+                                      end_version=end, sink=sink))
+
+    created = load("delta", delta_target, 1)  # deltalake creates the target
+    appended = load("delta", delta_target, 2)  # the sink's own commit
+    again = load("delta", delta_target, 2)
+    assert [(b.rows, b.sink_version) for b in created.batches + appended.batches] == [
+        (6, 0), (3, 1)]
+    assert again.batches == ()
+    assert delta_rows(delta_target) == delta_rows(copy)
+    assert DeltaTable(delta_target).transaction_version("url-characters") == 2
+    commit = Path(delta_target, "_delta_log", f"{1:020d}.json").read_text().splitlines()[0]
+    assert json.loads(commit)["commitInfo"]["engineInfo"] == ENGINE
+
+    assert load("format", files_target, 2).batches[0].rows == 9
+    written = pq.read_table(os.path.join(files_target, "source_versions=0-2"))
+    assert Counter(zip(*written.to_pydict().values())) == delta_rows(copy)
+    assert sorted(os.listdir(tmp_path)) == sorted(
+        ["plain", URL_CHARACTERS, "out#2 ?y é", "files#2 ?y é"])
 
 
 def test_delta_sink_creates_partitioned_table_and_commits_txn_once(spark, tmp_path):

@@ -13,6 +13,7 @@ from deltalake import DeltaTable, write_deltalake
 from airflow_provider_delta.core import plan_changes
 from airflow_provider_delta.errors import MissingDataFileError
 from airflow_provider_delta.spark import read_changes, read_snapshot
+from airflow_provider_delta.spark.paths import spark_file_paths, spark_read_paths
 from tests.spark.conftest import oracle_rows, spark_rows, table_rows
 
 
@@ -29,6 +30,19 @@ def test_vacuumed_file_raises_before_any_row(spark, tmp_path):
     assert path in str(error.value) and "version 1" in str(error.value)
     assert spark_rows(read_changes(spark, path, 2, 2)) == table_rows(
         pa.table({"id": list(range(20, 30))}))
+
+
+def test_a_table_in_a_folder_named_like_a_url(spark, url_characters_table, assert_same_rows):
+    """Spark reads the table's own files: Hadoop's Path(String) keeps "#" and "?" in the path,
+    and the plan's paths as Spark spells them match the files it scanned."""
+    path, copy = url_characters_table
+    assert_same_rows(spark_rows(read_snapshot(spark, path)), oracle_rows(copy))
+    assert_same_rows(spark_rows(read_changes(spark, f"file://{path}", 1, 2)),
+                     oracle_rows(copy) - oracle_rows(copy, 0))
+    planned = pa.array([f.path for f in plan_changes(path, 0, 2).files])
+    scanned = spark.read.parquet(*spark_read_paths(planned).to_pylist())
+    assert sorted(spark_file_paths(planned).to_pylist()) == sorted(
+        row.file_path for row in scanned.select("_metadata.file_path").distinct().collect())
 
 
 def test_schema_change_in_the_middle_of_a_range(spark, tmp_path, assert_same_rows):

@@ -33,6 +33,7 @@ from deltalake.transaction import AddAction, Transaction
 
 from airflow_provider_delta import __version__
 from airflow_provider_delta.core.delta_log import LOG_DIR, TableLocation, commit_name
+from airflow_provider_delta.storage import deltalake_uri
 
 log = logging.getLogger(__name__)
 
@@ -168,7 +169,7 @@ def checkpoint_when_due(location: TableLocation, version: int,
     if (version + 1) % interval:
         return
     try:
-        table = DeltaTable(location.table_uri, version=version,
+        table = DeltaTable(deltalake_uri(location.table_uri), version=version,
                            storage_options=location.storage_options)
         table.create_checkpoint()
         if configuration.get("delta.enableExpiredLogCleanup", "true").lower() != "false":

@@ -40,7 +40,7 @@ from airflow_provider_delta.job.sinks.targets import (
 from airflow_provider_delta.job.sinks.written_files import (
     PARQUET_TIMESTAMPS, written_parquet_files,
 )
-from airflow_provider_delta.storage import list_files, open_store, spark_uri
+from airflow_provider_delta.storage import deltalake_uri, list_files, open_store, spark_uri
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -145,7 +145,7 @@ class DeltaAppendSink(DeltaTargetSink):
         try:
             if table is None:
                 create_table_with_add_actions(
-                    self.uri, Schema.from_arrow(schema), adds, mode="error",
+                    deltalake_uri(self.uri), Schema.from_arrow(schema), adds, mode="error",
                     partition_by=partition_by or None, storage_options=self.spec.storage_options,
                     commit_properties=properties, post_commithook_properties=hooks,
                 )

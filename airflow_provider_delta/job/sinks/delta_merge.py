@@ -35,6 +35,7 @@ from airflow_provider_delta.job.sinks.target_log import (
     COMMIT_ATTEMPTS, TargetLog, open_target,
 )
 from airflow_provider_delta.job.spec import SinkSpec
+from airflow_provider_delta.storage import deltalake_uri
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -165,7 +166,7 @@ class DeltaMergeSink(DeltaTargetSink):
         (deltalake would retry this create as its next version, with the same rows)."""
         upserts = changes.filter(pc.equal(changes[_OPERATION], _UPSERT))
         try:
-            write_deltalake(self.uri, upserts.drop_columns([_OPERATION]), mode="error",
+            write_deltalake(deltalake_uri(self.uri), upserts.drop_columns([_OPERATION]), mode="error",
                             partition_by=list(self.spec.partition_by) or None,
                             storage_options=self.spec.storage_options,
                             commit_properties=target.commit_properties(start_version, end_version),

@@ -40,7 +40,7 @@ from airflow_provider_delta.errors import (
     DeltaProviderError, SinkRangeOverlapError, SinkWriterOverlapError, TableNotFoundError,
 )
 from airflow_provider_delta.job.spec import SinkSpec
-from airflow_provider_delta.storage import to_uri
+from airflow_provider_delta.storage import deltalake_uri, to_uri
 
 SOURCE_VERSIONS_KEY = "airflow_provider_delta.source_versions"
 APP_ID_KEY = "airflow_provider_delta.app_id"
@@ -58,7 +58,7 @@ COMMIT_ATTEMPTS = 20
 def open_target(uri: str, storage_options: dict[str, str] | None) -> DeltaTable | None:
     """The target at its latest version; None while it is no Delta table yet."""
     try:
-        return DeltaTable(uri, storage_options=storage_options)
+        return DeltaTable(deltalake_uri(uri), storage_options=storage_options)
     except DeltaTableNotFound:
         return None
 
