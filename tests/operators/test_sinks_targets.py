@@ -54,6 +54,18 @@ def test_target_that_is_the_source_is_refused_before_spark(source, tmp_path, spe
     assert DeltaTable(source).version() == 1 and delta_rows(source) == before
 
 
+def test_a_percent_escape_in_a_local_target_is_refused_before_spark(source, tmp_path):
+    """deltalake would commit into ``out%41`` and then look for the log in ``outA``."""
+    target = str(tmp_path / "out#%41")
+    with pytest.raises(SinkTargetError) as error:
+        _backfill(source, target).execute({"run_id": "manual__escape_target"})
+    assert str(error.value) == (
+        f"file://{target}: its path holds '%41', which deltalake reads as the escaped character "
+        "'A' and so looks for the table's log in another folder; nothing was written. Give a "
+        "target folder whose path has no '%' followed by two hex digits.")
+    assert sorted(os.listdir(tmp_path)) == ["source"]
+
+
 def test_folder_of_plain_parquet_files_is_refused_and_left_untouched(source, tmp_path):
     target = tmp_path / "plain"
     (target / "day=1").mkdir(parents=True)

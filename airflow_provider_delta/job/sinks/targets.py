@@ -4,6 +4,7 @@ files that is no Delta table."""
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 
 import obstore
@@ -11,12 +12,14 @@ from obstore.exceptions import NotFoundError
 
 from airflow_provider_delta.errors import SinkTargetError
 from airflow_provider_delta.storage import (
-    list_files, normalised_location, open_store, split_uri, to_uri,
+    list_files, local_path, normalised_location, open_store, split_uri, to_uri,
 )
 
 # Where the delta sink stages a batch's files inside its target before committing them.
 STAGING_FOLDER = "airflow_staging"
 SOURCE_AS_TARGET_FIX = "Give a target path other than the source table's."
+# deltalake 1.6 decodes such an escape in a local table's path once more on reading its log.
+_ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}")
 
 
 def refuse_source_as_target(source_uri: str, target: str) -> None:
@@ -33,9 +36,23 @@ def refuse_delta_target(source_uri: str, target_uri: str, storage_options: dict[
     another kind (``table_version``: the Delta table's version there, None if none; asked after
     the file check, as reading a file's log fails)."""
     refuse_source_as_target(source_uri, target_uri)
+    refuse_escape_in_local_path(target_uri)
     refuse_file_target(target_uri, storage_options)
     if table_version() is None:
         refuse_non_delta_folder(target_uri, storage_options)
+
+
+def refuse_escape_in_local_path(target_uri: str) -> None:
+    """A local Delta target whose path holds ``%`` and two hex digits: deltalake would write
+    its first commit there and then look for it where the escape is decoded (``%41``: ``A``)."""
+    path = local_path(target_uri)
+    escape = _ESCAPE.search(path) if path is not None else None
+    if escape is not None:
+        raise SinkTargetError(
+            target_uri, f"its path holds {escape.group()!r}, which deltalake reads as the "
+            f"escaped character {chr(int(escape.group()[1:], 16))!r} and so looks for the "
+            "table's log in another folder",
+            "Give a target folder whose path has no '%' followed by two hex digits.")
 
 
 def refuse_source_table_id(target_uri: str, target_table_id: str | None, source_uri: str,
