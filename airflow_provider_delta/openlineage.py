@@ -45,9 +45,10 @@ class DeltaVersionsRunFacet(RunFacet):
 
 def dataset_name(table_uri: str) -> tuple[str, str]:
     """(namespace, name) of a table: ``("file", "/lake/t")``, ``("s3://bucket", "lake/t")``."""
-    parts = urlsplit(to_uri(table_uri))
-    if parts.scheme == "file":
-        return "file", parts.path
+    uri = to_uri(table_uri)
+    if uri.startswith("file://"):  # a local path, which urlsplit would cut at "#" or "?"
+        return "file", uri[len("file://"):]
+    parts = urlsplit(uri)
     scheme = "s3" if parts.scheme == "s3a" else parts.scheme
     return f"{scheme}://{parts.netloc}", parts.path.lstrip("/")
 

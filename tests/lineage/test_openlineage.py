@@ -120,6 +120,14 @@ def _module_level_imports(path) -> set[str]:
     return names
 
 
+def test_a_local_path_keeps_its_url_characters_in_the_dataset_name():
+    from airflow_provider_delta.openlineage import dataset_name
+
+    assert dataset_name("/lake/t#1 ?x%41 é/") == ("file", "/lake/t#1 ?x%41 é")
+    assert dataset_name("file:///lake/t#1") == ("file", "/lake/t#1")
+    assert dataset_name("s3a://bucket/lake/t") == ("s3://bucket", "lake/t")
+
+
 def test_only_the_lineage_module_imports_openlineage():
     """Without the OpenLineage provider installed the operators, the sensor and everything
     they import still import: OpenLineage is imported only by ``openlineage.py``, which only
