@@ -50,6 +50,17 @@ def test_merged_target_equals_source_and_reruns_apply_nothing(spark, tmp_path, c
     assert again.batches == () and DeltaTable(target).version() == version
 
 
+def test_a_change_feed_merged_between_folders_named_like_urls(spark, tmp_path):
+    """The feed's change files and the target in folders a file:// URL would cut at "#"."""
+    source, target = str(tmp_path / "in#1 ?x é"), str(tmp_path / "out#2 ?y é")
+    write_changes(source, CDF_ON)
+    run_job(spark, _job(source, target, 0, 3))  # deltalake creates the target
+    run_job(spark, _job(source, target, 4))
+    assert delta_rows(target) == delta_rows(source)
+    assert DeltaTable(target).transaction_version(APP_ID) == 5
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in#1 ?x é", "out#2 ?y é"]
+
+
 def _source(path: str, ids: list[int | None], names: list[str]) -> None:
     write_deltalake(path, pa.table({"id": pa.array(ids, pa.int64()), "name": names}),
                     configuration=CDF_ON)
