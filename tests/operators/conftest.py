@@ -193,8 +193,9 @@ def with_sink(transport: dict, sink: str) -> dict:
 
 
 def driver_env() -> dict[str, str]:
-    """Lets the driver import test transforms (``operators.transforms``)."""
-    return {"PYTHONPATH": str(TESTS_DIR.parent)}
+    """Lets the driver import test transforms (``operators.transforms``), and this checkout's
+    package first (not the one the venv has installed, when that is another worktree's)."""
+    return {"PYTHONPATH": os.pathsep.join([str(TESTS_DIR.parent), str(TESTS_DIR.parent.parent)])}
 
 
 def append_rows(uri: str, ids: list[int]) -> None:
