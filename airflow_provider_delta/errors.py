@@ -338,6 +338,20 @@ class SinkCommitConflictError(DeltaProviderError):
         )
 
 
+class SinkHardLinksError(DeltaProviderError):
+    """A local target's file system refuses hard links, which put-if-absent commits use."""
+
+    def __init__(self, target_uri: str, version: int, detail: str):
+        super().__init__(
+            f"{target_uri}: version {version} was not committed: the file system refuses hard "
+            f"links ({detail}), with which this sink and deltalake write a commit file only "
+            "where none is. Put the target on a file system with hard links or, if no other "
+            "writer commits to it at the same time, set its storage option "
+            "allow_unsafe_rename to \"true\" (deltalake then commits by a plain rename).",
+            table_uri=target_uri, version=version,
+        )
+
+
 class AirflowVersionError(DeltaProviderError):
     """A feature of a newer Airflow than the installed one (raised at DAG parse where possible)."""
 

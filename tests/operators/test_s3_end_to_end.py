@@ -5,7 +5,9 @@ writers."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
 import threading
 from collections import Counter
 
@@ -18,7 +20,10 @@ from airflow_provider_delta.operators import DeltaIncrementalOperator, DeltaTime
 from airflow_provider_delta.sensors import DeltaVersionSensor
 from tests.conftest import S3_BUCKET, S3_SECRET, S3A_EXCLUDES, S3A_PACKAGES, maven_confs
 
-from .conftest import SPARK_CONF, connect_connection, driver_env, forget_watermark, watermark
+from .conftest import (
+    SPARK_CONF, append_rows, connect_connection, delta_rows, driver_env, forget_watermark,
+    watermark,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -188,3 +193,90 @@ def test_writers_racing_on_an_s3_target_each_commit_once(serial_moto):
         thread.join(timeout=300)
     assert DeltaTable(uri, storage_options=serial_moto).version() == 8
     assert sorted(r[0] for r in _rows(uri, serial_moto)) == list(range(9))
+
+
+class _LosesOneAnswer:
+    """A TCP relay to the moto server that passes every byte both ways, except that it hangs
+    up on the client instead of passing the answer of the first request whose first line has
+    ``lose`` in it: the request took effect, its answer never came (as when a network drops
+    it)."""
+
+    def __init__(self, upstream: str, lose: bytes):
+        host, _, port = upstream.removeprefix("http://").partition(":")
+        self.upstream, self.lose, self.lost = (host, int(port)), lose, threading.Event()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:  # closed: the test is over
+                return
+            server = socket.create_connection(self.upstream)
+            doomed = threading.Event()  # the request in flight is the one to lose
+            threading.Thread(target=self._requests, args=(client, server, doomed),
+                             daemon=True).start()
+            threading.Thread(target=self._answers, args=(server, client, doomed),
+                             daemon=True).start()
+
+    def _requests(self, client: socket.socket, server: socket.socket,
+                  doomed: threading.Event) -> None:
+        with contextlib.suppress(OSError):
+            while data := client.recv(65536):
+                first_line = data.split(b"\r\n", 1)[0]
+                if self.lose in first_line and not self.lost.is_set():
+                    self.lost.set()
+                    doomed.set()
+                server.sendall(data)
+        server.close()
+
+    def _answers(self, server: socket.socket, client: socket.socket,
+                 doomed: threading.Event) -> None:
+        with contextlib.suppress(OSError):
+            while data := server.recv(65536):
+                if doomed.is_set():
+                    break  # the answer arrived: drop it and hang up
+                client.sendall(data)
+        for end in (client, server):  # shutdown wakes the other thread's recv; close alone not
+            with contextlib.suppress(OSError):
+                end.shutdown(socket.SHUT_RDWR)
+            end.close()
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def test_a_commit_whose_answer_was_lost_keeps_its_staged_files(
+        spark_local_conn, s3_options, monkeypatch, run_dag, task_states, xcom_value, tmp_path):
+    """deltalake creates the target (its own commit); the answer to the put of commit 0 is
+    lost, object_store puts it again and finds the version taken, by this very commit, and
+    deltalake reports a failed commit. The sink must not take the batch for another run's and
+    drop its staged files: the commit that landed adds them."""
+    source, target = str(tmp_path / "source"), f"s3://{S3_BUCKET}/unclear-commit"
+    append_rows(source, [0, 1, 2])
+    append_rows(source, [3, 4])
+    relay = _LosesOneAnswer(s3_options["AWS_ENDPOINT_URL"],
+                            b"PUT /lake/unclear-commit/_delta_log/00000000000000000000.json ")
+    try:
+        conn_id = _connection(monkeypatch, "delta", dict(s3_options, AWS_ENDPOINT_URL=relay.url))
+        with DAG("unclear_commit", schedule=None) as dag:
+            DeltaIncrementalOperator(
+                task_id="load", table_uri=source, target=target, start_version=0,
+                end_version=1, delta_conn_id=conn_id, conn_id=spark_local_conn,
+                env_vars=driver_env(), conf={**SPARK_CONF, **maven_confs(S3A_PACKAGES,
+                                                                        S3A_EXCLUDES)})
+        run = run_dag(dag)
+    finally:
+        relay.close()
+
+    assert relay.lost.is_set()  # the fault happened
+    assert task_states(run) == {"load": "success"}
+    assert [b["rows"] for b in xcom_value(run, "load")["batches"]] == [5]
+    table = DeltaTable(target, storage_options=s3_options)
+    assert table.version() == 0
+    assert _rows(target, s3_options) == delta_rows(source)

@@ -5,6 +5,8 @@ making, and its put-if-absent on S3."""
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from collections import Counter
 
 import pyarrow as pa
@@ -13,8 +15,10 @@ from deltalake import DeltaTable, Field, write_deltalake
 from deltalake.transaction import Transaction
 
 from airflow_provider_delta.core.delta_log import TableLocation
-from airflow_provider_delta.errors import SinkSchemaMismatchError
-from airflow_provider_delta.job.sinks import DeltaAppendSink
+from airflow_provider_delta.errors import (
+    SinkCommitConflictError, SinkHardLinksError, SinkSchemaMismatchError,
+)
+from airflow_provider_delta.job.sinks import DeltaAppendSink, delta_append
 from airflow_provider_delta.job.sinks.blind_append import (
     ENGINE, blind_append_actions, put_commit, unwritable_feature,
 )
@@ -154,3 +158,77 @@ def test_put_if_absent_on_s3_lets_one_writer_have_a_version(s3_options):
     table = DeltaTable(uri, storage_options=s3_options)
     assert table.version() == 1
     assert (table.transaction_version("first"), table.transaction_version("second")) == (7, None)
+
+
+class _AnotherWriterBeforeEachCommit(DeltaAppendSink):
+    """The real sink; another writer appends to the target right before each of its commits,
+    so every attempt finds its version taken."""
+
+    def _commit(self, *args, **kwargs):
+        write_deltalake(self.uri, pa.table({"id": pa.array([-1], pa.int64())}), mode="append")
+        return super()._commit(*args, **kwargs)
+
+
+@pytest.mark.parametrize("constraint", [None, {"positive": "id != 0"}],
+                         ids=["own-commit", "deltalake-commit"])
+def test_a_batch_that_loses_every_race_is_refused_and_commits_nothing(spark, tmp_path,
+                                                                     monkeypatch, constraint):
+    target = str(tmp_path / "target")
+    spec = SinkSpec(kind="delta", path=target, app_id="app-1")
+    DeltaAppendSink(spec).write(spark.createDataFrame([(1,)], "id long"), 0, 0)
+    if constraint:
+        DeltaTable(target).alter.add_constraint(constraint)
+    before = DeltaTable(target).version()
+    monkeypatch.setattr(delta_append, "COMMIT_ATTEMPTS", 3)
+
+    with pytest.raises(SinkCommitConflictError, match="3 commits of source versions 1..1"):
+        _AnotherWriterBeforeEachCommit(spec).write(spark.createDataFrame([(2,)], "id long"), 1, 1)
+
+    assert DeltaTable(target).version() == before + 3  # the other writer's appends only
+    assert delta_rows(target) == Counter({(1,): 1, (-1,): 3})
+    assert TargetLog.open(spec).committed_version() == 0
+
+
+@pytest.fixture
+def log_without_hard_links(tmp_path):
+    """A table folder whose ``_delta_log`` is a FAT file system (fusefat, through FUSE): it
+    refuses hard links, as FAT, some FUSE and network mounts do."""
+    if not (shutil.which("fusefat") and shutil.which("mkfs.vfat")):
+        pytest.skip("needs Debian's fusefat and dosfstools (.ci/run installs them)")
+    image, log = tmp_path / "log.img", tmp_path / "target" / "_delta_log"
+    with open(image, "wb") as handle:
+        handle.truncate(32 << 20)
+    subprocess.run(["mkfs.vfat", str(image)], check=True, capture_output=True)
+    log.mkdir(parents=True)
+    mounted = subprocess.run(["fusefat", "-o", "rw+", str(image), str(log)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"mounting a FUSE file system is not permitted here: {mounted.stderr}")
+    yield log.parent
+    subprocess.run(["fusermount", "-u", str(log)], check=True)
+
+
+def test_a_file_system_without_hard_links_falls_back_to_deltalake(spark, log_without_hard_links,
+                                                                  caplog):
+    """The own commit's put-if-absent is a hard link: refused there, the sink leaves the commit
+    to deltalake, whose commit (a hard link too, in deltalake 1.6) fails the same way unless
+    allow_unsafe_rename lets it rename; the error says so."""
+    target = str(log_without_hard_links)
+    unsafe = {"allow_unsafe_rename": "true"}
+    write_deltalake(target, pa.table({"id": pa.array([1], pa.int64())}), storage_options=unsafe)
+    caplog.set_level("INFO", logger="airflow_provider_delta.job.sinks.delta_append")
+    spec = SinkSpec(kind="delta", path=target, app_id="app-1")
+
+    with pytest.raises(SinkHardLinksError, match="version 1 was not committed.*"
+                       "allow_unsafe_rename"):
+        DeltaAppendSink(spec).write(spark.createDataFrame([(2,)], "id long"), 0, 0)
+    assert "the file system refuses hard links (Operation not permitted), which this sink's own " \
+        "commit uses; deltalake commits the batch instead" in caplog.text
+    assert "deltalake commits the batch (the file system refuses hard links" in caplog.text
+    assert DeltaTable(target).version() == 0
+
+    written = DeltaAppendSink(SinkSpec(kind="delta", path=target, app_id="app-1",
+                                       storage_options=unsafe)).write(
+        spark.createDataFrame([(2,)], "id long"), 0, 0)
+    assert written.sink_version == 1
+    assert delta_rows(target) == Counter({(1,): 1, (2,): 1})

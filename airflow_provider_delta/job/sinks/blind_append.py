@@ -18,6 +18,7 @@ made by deltalake after the commit that reaches them.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -57,6 +58,13 @@ _ENFORCED_COLUMN_KEYS = ("delta.invariants", "delta.generationExpression", "delt
 _PATH_SAFE = "/!$&'()+,-.:;=@_~"
 # Storage options that choose deltalake's own commit mechanics on S3.
 _DELTALAKE_COMMIT_OPTIONS = ("locking_provider", "allow_unsafe_rename")
+# What os.link answers on a file system without hard links (FAT, some FUSE and network mounts).
+_NO_HARD_LINKS = frozenset({errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV,
+                            errno.EMLINK, errno.ENOSYS})
+
+
+class HardLinksRefused(OSError):
+    """The target's file system refused the hard link that creates a commit file."""
 
 
 def writer_features(protocol: Mapping[str, Any]) -> set[str]:
@@ -129,7 +137,8 @@ def blind_append_actions(adds: list[AddAction], txns: Iterable[Transaction],
 
 
 def put_commit(location: TableLocation, version: int, actions: list[dict[str, Any]]) -> bool:
-    """Create commit ``version``; False if it exists already (another writer won it)."""
+    """Create commit ``version``; False if it exists already (another writer won it).
+    Raises :class:`HardLinksRefused` on a local file system without hard links."""
     body = "".join(json.dumps(a, separators=(",", ":")) + "\n" for a in actions).encode()
     if location.local_root is not None:
         return _create_local(os.path.join(location.local_root, LOG_DIR), commit_name(version),
@@ -156,6 +165,10 @@ def _create_local(folder: str, name: str, body: bytes) -> bool:
         os.link(temporary, os.path.join(folder, name))
     except FileExistsError:
         return False
+    except OSError as error:
+        if error.errno in _NO_HARD_LINKS:
+            raise HardLinksRefused(error.errno, error.strerror, folder) from error
+        raise
     finally:
         os.unlink(temporary)
     return True

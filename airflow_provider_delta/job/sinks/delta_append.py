@@ -19,20 +19,23 @@ from urllib.parse import unquote
 import obstore
 import pyarrow as pa
 from deltalake import Schema
-from deltalake.exceptions import CommitFailedError, DeltaError
+from deltalake.exceptions import DeltaError
 from deltalake.transaction import AddAction, create_table_with_add_actions
 
-from airflow_provider_delta.errors import SinkCommitConflictError, SinkSchemaMismatchError
+from airflow_provider_delta.core.delta_log import TableLocation, commit_name
+from airflow_provider_delta.errors import (
+    SinkCommitConflictError, SinkHardLinksError, SinkSchemaMismatchError,
+)
 from airflow_provider_delta.job.sinks.base import SinkWrite
 from airflow_provider_delta.job.sinks.blind_append import (
-    blind_append_actions, checkpoint_when_due, put_commit, unwritable_feature,
+    HardLinksRefused, blind_append_actions, checkpoint_when_due, put_commit, unwritable_feature,
 )
 from airflow_provider_delta.job.sinks.delta_target import DeltaTargetSink
 from airflow_provider_delta.job.sinks.delta_schema import (
     add_new_columns, arrow_schema, check_rows, delta_schema, new_columns,
 )
 from airflow_provider_delta.job.sinks.target_log import (
-    COMMIT_ATTEMPTS, TargetLog, open_target,
+    COMMIT_ATTEMPTS, TargetLog,
 )
 from airflow_provider_delta.job.sinks.targets import (
     STAGING_FOLDER,
@@ -55,6 +58,9 @@ class DeltaAppendSink(DeltaTargetSink):
     brought up to date before each commit attempt too.
     """
 
+    _committer: tuple[int | None, str | None] | None = None  # (target version, reason)
+    _links_refused: OSError | None = None
+
     def first_unwritten(self, start: int, end: int | None) -> int:
         return self._target.latest().first_unwritten(start, end)
 
@@ -67,11 +73,16 @@ class DeltaAppendSink(DeltaTargetSink):
         check_rows(self.spec, target.view(), df)
 
     def _deltalake_commits(self, target: TargetLog) -> str | None:
-        """Why deltalake rather than this sink commits on ``target`` (None: this sink does)."""
-        view = target.view()
-        if view is None:
-            return "it creates the table"
-        return unwritable_feature(view.protocol, view.raw_metadata, self.spec.storage_options)
+        """Why deltalake rather than this sink commits on ``target`` (None: this sink does),
+        worked out once per version of the target."""
+        if self._links_refused is not None:
+            return f"the file system refuses hard links ({self._links_refused.strerror})"
+        if self._committer is None or self._committer[0] != target.version:
+            view = target.view()
+            reason = "it creates the table" if view is None else unwritable_feature(
+                view.protocol, view.raw_metadata, self.spec.storage_options)
+            self._committer = target.version, reason
+        return self._committer[1]
 
     def write(self, df: DataFrame | None, start_version: int, end_version: int) -> SinkWrite:
         rows = delta_schema(df)
@@ -136,8 +147,16 @@ class DeltaAppendSink(DeltaTargetSink):
         (none: create the table); False if a concurrent commit won."""
         reason = self._deltalake_commits(target)
         if reason is None:
-            return self._commit_blind(target, adds, schema, partition_by, start_version,
-                                      end_version, rows)
+            try:
+                return self._commit_blind(target, adds, schema, partition_by, start_version,
+                                          end_version, rows)
+            except HardLinksRefused as refusal:
+                # The next attempt opens deltalake's handle and checks the log again first.
+                log.warning("%s: the file system refuses hard links (%s), which this sink's own "
+                            "commit uses; deltalake commits the batch instead", self.uri,
+                            refusal.strerror)
+                self._links_refused = refusal
+                return False
         log.info("%s: deltalake commits the batch (%s)", self.uri, reason)
         table = target.table
         properties = target.commit_properties(start_version, end_version)
@@ -153,17 +172,32 @@ class DeltaAppendSink(DeltaTargetSink):
                 table.create_write_transaction(adds, "append", schema, partition_by=partition_by,
                                                commit_properties=properties,
                                                post_commithook_properties=hooks)
-        except CommitFailedError as error:
-            log.warning("%s: concurrent commit, checking the log again: %s", self.uri, error)
-            return False
-        except DeltaError:
-            if table is None and open_target(self.uri, self.spec.storage_options) is not None:
-                log.warning("%s: another run created the table first; checking it", self.uri)
-                return False
-            raise
+        except (DeltaError, OSError) as error:
+            return self._settle_unclear_commit(target, adds, error)
         log.info("committed %d file(s) to %s with txn %s=%s", len(adds), self.uri,
                  self.spec.app_id, end_version)
         return True
+
+    def _settle_unclear_commit(self, target: TargetLog, adds: list[AddAction],
+                               error: Exception) -> bool:
+        """After deltalake's commit failed: True if the commit landed all the same (a put on S3
+        whose answer was lost, retried, finds its own commit and reports the version taken; a
+        hook after the commit failed), False if another writer won the version; else raise.
+        A False lets the sink drop the staged files, so it needs the log's word."""
+        version = target.next_version
+        ours = _commit_holds(target.location, version, adds)
+        if ours is None:  # the version is free: no race lost; deltalake's error stands
+            if self._links_refused is not None:
+                raise SinkHardLinksError(self.uri, version,
+                                         self._links_refused.strerror) from error
+            raise error
+        if ours:
+            log.warning("%s: version %s holds this batch's commit although deltalake answered "
+                        "with an error (the commit stands): %s", self.uri, version, error)
+            return True
+        log.warning("%s: concurrent commit, checking the log again: another writer committed "
+                    "version %s first (%s)", self.uri, version, error)
+        return False
 
     def _commit_blind(self, target: TargetLog, adds: list[AddAction], schema: pa.Schema,
                       partition_by: list[str], start_version: int, end_version: int,
@@ -195,6 +229,20 @@ class DeltaAppendSink(DeltaTargetSink):
         checkpoint_when_due(target.location, version, view.raw_metadata.get("configuration") or {})
         return True
 
+
+
+def _commit_holds(location: TableLocation, version: int, adds: list[AddAction]) -> bool | None:
+    """Whether commit ``version`` adds any of ``adds`` (their staging folder is this attempt's
+    own); None if there is no such commit."""
+    body = location.read_log_file(commit_name(version))
+    if body is None:
+        return None
+    staged = {add.path for add in adds}
+    for line in body.splitlines():
+        added = json.loads(line).get("add") if line.strip() else None
+        if added and unquote(added["path"]) in staged:
+            return True
+    return False
 
 
 def _partition_values(relative_path: str) -> dict[str, str | None]:
