@@ -103,6 +103,8 @@ class DeltaAppendSink(DeltaTargetSink):
             if self._deltalake_commits(target):
                 target.current()  # deltalake's handle, and the records at its version
             if target.holds_batch(start_version, end_version):
+                # No commit adds the staged files: every attempt that came back False found
+                # another writer's commit at its version (see _settle_unclear_commit).
                 log.warning("%s: another run committed source versions %s..%s (target version "
                             "%s) while this one wrote them; its staged files are dropped",
                             self.uri, start_version, end_version, target.version)
@@ -228,7 +230,6 @@ class DeltaAppendSink(DeltaTargetSink):
                  self.uri, version, self.spec.app_id, end_version)
         checkpoint_when_due(target.location, version, view.raw_metadata.get("configuration") or {})
         return True
-
 
 
 def _commit_holds(location: TableLocation, version: int, adds: list[AddAction]) -> bool | None:
