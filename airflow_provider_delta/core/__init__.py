@@ -2,7 +2,8 @@
 
 It imports neither Airflow nor Spark. Public API: :func:`latest_version`,
 :func:`plan_changes`, :func:`split_batches`, :func:`plan_snapshot`, :func:`version_at`,
-:func:`commit_timestamp`, :func:`plan_change_feed`, and the data model in
+:func:`commit_timestamp`, :func:`versions_between`, :func:`newest_commit_time`,
+:func:`plan_change_feed`, and the data model in
 :mod:`airflow_provider_delta.core.model` (:class:`LoadStart` included).
 """
 
@@ -16,10 +17,14 @@ from airflow_provider_delta.core.model import (
     DeletionVectorDescriptor, LoadStart, Plan, PlannedFile, TableMetadata,
 )
 from airflow_provider_delta.core.snapshot import plan_snapshot
-from airflow_provider_delta.core.versions import commit_timestamp, latest_version, version_at
+from airflow_provider_delta.core.commit_times import (
+    commit_timestamp, newest_commit_time, version_at, versions_between,
+)
+from airflow_provider_delta.core.versions import latest_version
 
 __all__ = [
     "ChangeFeedPlan", "CommitChanges", "DeletionVectorDescriptor", "LoadStart", "Plan",
     "PlannedFile", "TableMetadata", "commit_timestamp", "latest_version", "plan_change_feed",
-    "plan_changes", "plan_snapshot", "split_batches", "split_feed", "version_at",
+    "newest_commit_time", "plan_changes", "plan_snapshot", "split_batches", "split_feed",
+    "version_at", "versions_between",
 ]

@@ -40,7 +40,8 @@ from airflow_provider_delta.core.replay import (
     FileActions, SplitCommit, earliest_recreatable, raise_unreadable, read_commits, replay,
 )
 from airflow_provider_delta.core.delta_log import TableLocation
-from airflow_provider_delta.core.versions import CommitTimes, commit_entries, newest_version
+from airflow_provider_delta.core.commit_times import CommitClock
+from airflow_provider_delta.core.versions import newest_version
 from airflow_provider_delta.errors import VersionNotAvailableError
 
 CHANGE_DATA_FEED_KEY = "delta.enableChangeDataFeed"
@@ -152,8 +153,8 @@ def plan_change_feed(table_uri: str, start_version: int, end_version: int | None
     files = file_table(raw, location, metadata_changes, walk.metadata).append_column(
         "kind", raw.column("kind")).append_column(
         "previous_vector", resolved_deletion_vectors(raw.column("previous_vector"), location))
-    times = CommitTimes(location, commit_entries(location), dict(walk.metadata.configuration))
-    commits = tuple(CommitChanges(version, times.micros(version) // 1000, cdf, net)
+    times = CommitClock(location, end, dict(walk.metadata.configuration))
+    commits = tuple(CommitChanges(version, times.millis(version), cdf, net)
                     for version, (cdf, net) in commit_flags.items())
     return ChangeFeedPlan(table_uri, start_version, end, walk.metadata, commits, files)
 

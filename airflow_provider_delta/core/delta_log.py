@@ -213,14 +213,15 @@ class TableLocation:
         Raises TableNotFoundError when ``_delta_log`` does not exist.
         """
         if self.local_root is not None:
-            entries = self._scan_local(from_version, with_mtime)
+            entries = self._scan_local(from_version, with_mtime, until_version)
         else:
             entries = self._list_remote(from_version, until_version)
         if until_version is not None:
             entries = [e for e in entries if e.version <= until_version]
         return sorted(entries, key=lambda e: e.name)
 
-    def _scan_local(self, from_version: int, with_mtime: bool) -> list[LogEntry]:
+    def _scan_local(self, from_version: int, with_mtime: bool,
+                    until_version: int | None) -> list[LogEntry]:
         folder = os.path.join(self.local_root, LOG_DIR)
         try:
             scan = os.scandir(folder)
@@ -232,6 +233,8 @@ class TableLocation:
                 version = _version_of(item.name)
                 if version is None or version < from_version or not item.is_file():
                     continue
+                if until_version is not None and version > until_version:
+                    continue  # before the stat: the newest part of a long log is skipped free
                 mtime = item.stat().st_mtime_ns // 1_000_000 if with_mtime else None
                 entries.append(LogEntry(item.name, version, mtime))
         return entries

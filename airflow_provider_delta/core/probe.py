@@ -7,9 +7,10 @@ from typing import TypedDict
 
 from airflow_provider_delta.core.actions import table_metadata
 from airflow_provider_delta.core.protocol import check_protocol
-from airflow_provider_delta.core.replay import commit_actions, replay
+from airflow_provider_delta.core.replay import replay
 from airflow_provider_delta.core.delta_log import TableLocation
-from airflow_provider_delta.core.versions import in_commit_timestamp, newest_version
+from airflow_provider_delta.core.commit_times import in_commit_timestamp_of
+from airflow_provider_delta.core.versions import newest_version
 from airflow_provider_delta.errors import VersionNotAvailableError
 
 log = logging.getLogger(__name__)
@@ -96,8 +97,7 @@ class VersionProbe:
         if commit is None:
             raise self._vanished(version)
         raw, file_time_ms = commit
-        first_line = raw.lstrip().split(b"\n", 1)[0]
-        in_commit = in_commit_timestamp(commit_actions(self.location, version, first_line)[:1])
+        in_commit = in_commit_timestamp_of(self.location, version, raw)
         return in_commit if in_commit is not None else file_time_ms
 
     def _vanished(self, version: int) -> VersionNotAvailableError:

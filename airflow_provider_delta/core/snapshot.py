@@ -14,9 +14,8 @@ from airflow_provider_delta.core.model import Plan
 from airflow_provider_delta.core.protocol import check_protocol
 from airflow_provider_delta.core.replay import replay
 from airflow_provider_delta.core.delta_log import TableLocation
-from airflow_provider_delta.core.versions import (
-    check_version_number, newest_version, version_at,
-)
+from airflow_provider_delta.core.commit_times import version_at
+from airflow_provider_delta.core.versions import check_version_number, newest_version
 from airflow_provider_delta.errors import InvalidParameterError
 
 log = logging.getLogger(__name__)
