@@ -6,12 +6,21 @@ commits, all appends except the last ten, which delete files of the checkpoint. 
 add ``--range-files`` files together. Only the log is written: the planner and deltalake read
 nothing else.
 
-Cases, each run in its own subprocess (wall time of the call, and its CPU time over all
-threads, which other processes' load inflates less; peak RSS of the whole process, imports
-included on both sides, from ``getrusage``), interleaved round by round so load from other
-processes weighs on all alike:
+The ``stats-*`` cases plan another table, the shape of a big production table as a worker
+meets it: ``--files`` AddFiles over 50 partitions in one commit, each with the statistics JSON
+Spark and deltalake write (``numRecords``, min/max/null counts of four columns), then
+deltalake's own checkpoint (one uncompressed row group of every file; ``stats-struct``: with
+``stats_parsed`` too, ``delta.checkpoint.writeStatsAsStruct``; ``no-stats``: no statistics).
 
-- ``snapshot``: our ``plan_snapshot`` against deltalake's ``get_add_actions(flatten=True)``.
+Cases, each run in its own subprocess that imports only what its side needs, as a worker
+pays it (wall time of the call, and its CPU time over all threads, which other processes'
+load inflates less; peak RSS of the whole process, imports included on both sides, from
+``getrusage``; the RSS after the imports alone), interleaved round by round so load from
+other processes weighs on all alike:
+
+- ``stats-json``, ``stats-struct``, ``no-stats``: our ``plan_snapshot`` against deltalake's
+  ``get_add_actions(flatten=True)`` on the production-shaped table.
+- ``snapshot``: the same two on the synthetic log.
 - ``changes``: our ``plan_changes`` over the appends against pyarrow's C++ JSON reader
   parsing the same commit files. deltalake has no call listing the files a version range
   added; reading the range's commits into Arrow is the floor any planner pays for it.
@@ -19,8 +28,10 @@ processes weighs on all alike:
   plan in a process that imported pandas beforehand: what the first plan of a sensor poke or
   driver pays for imports pyarrow makes on its behalf (ratio 1 when it pays nothing).
 
-Run: ``.venv/bin/python benchmarks/bench_plan.py [--files 1000000] [--repeat 3]``.
-The log is generated once per size under ``--workdir`` and reused.
+Run: ``.venv/bin/python benchmarks/bench_plan.py [--files 1000000] [--repeat 3]
+[--cases stats-json,stats-struct]``. The tables are generated once per size under
+``--workdir`` and reused (``--drop`` deletes them after the run: 1M files take 0.6 GB each).
+The subprocesses import the package of this checkout.
 """
 
 from __future__ import annotations
@@ -28,7 +39,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import statistics
 import subprocess
@@ -41,6 +51,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+REPO = str(Path(__file__).resolve().parents[1])
+
 DELETE_COMMITS = 10
 ROW_GROUP = 100_000
 DAYS = 365
@@ -51,9 +63,15 @@ SCHEMA = {"type": "struct", "fields": [
     {"name": "day", "type": "date", "nullable": True, "metadata": {}},
     {"name": "bucket", "type": "integer", "nullable": True, "metadata": {}},
 ]}
-CASES = {"snapshot": ("plan_snapshot", "deltalake get_add_actions"),
+CASES = {"stats-json": ("plan_snapshot", "deltalake get_add_actions"),
+         "stats-struct": ("plan_snapshot", "deltalake get_add_actions"),
+         "no-stats": ("plan_snapshot", "deltalake get_add_actions"),
+         "snapshot": ("plan_snapshot", "deltalake get_add_actions"),
          "changes": ("plan_changes", "pyarrow JSON read of the commits"),
          "first": ("plan_snapshot", "plan_snapshot after importing pandas")}
+# the production-shaped table of each stats-* case: build_stats_table's ``stats``
+STATS_CASES = {"stats-json": "json", "stats-struct": "struct", "no-stats": "none"}
+PARTITIONS = 50
 
 
 # -- the synthetic log -------------------------------------------------------------------
@@ -187,42 +205,27 @@ def _placeholder(type_: pa.DataType, length: int) -> pa.Array:
                                             "" if pa.types.is_string(type_) else 0)
 
 
-# -- one case in this process -------------------------------------------------------------
-
-def run_case(case: str, side: int, table: str, last_append: int) -> dict:
-    """Plan in this (fresh) process; wall time of the call and the process's peak RSS."""
-    if case == "first":
-        from airflow_provider_delta.core import plan_snapshot
-        if side == 1:
-            import pandas  # noqa: F401
-        action = lambda: len(plan_snapshot(table))  # noqa: E731
-    elif side == 0:
-        from airflow_provider_delta.core import plan_changes, plan_snapshot
-        action = ((lambda: len(plan_snapshot(table))) if case == "snapshot"
-                  else (lambda: len(plan_changes(table, 1, last_append))))
-    elif case == "snapshot":
-        from deltalake import DeltaTable
-        action = lambda: DeltaTable(table).get_add_actions(flatten=True).num_rows  # noqa: E731
-    else:
-        import pyarrow.json as pj
-        log = Path(table) / "_delta_log"
-        action = lambda: sum(pj.read_json(log / f"{v:020d}.json").num_rows  # noqa: E731
-                             for v in range(1, last_append + 1))
-    before = resource.getrusage(resource.RUSAGE_SELF)
-    started = time.perf_counter()
-    count = action()
-    seconds = time.perf_counter() - started
-    after = resource.getrusage(resource.RUSAGE_SELF)
-    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
-    return {"seconds": seconds, "cpu_seconds": cpu, "rss_mib": after.ru_maxrss / 1024,
-            "count": count}
-
+# -- the cases, each in a fresh process -------------------------------------------------
 
 def fresh_process(case: str, side: int, table: Path, last_append: int) -> dict:
-    command = [sys.executable, __file__, "--case", case, "--side", str(side),
-               "--table", str(table), "--last-append", str(last_append)]
-    out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+    command = [sys.executable, str(Path(__file__).with_name("plan_case.py")), case, str(side),
+               str(table), str(last_append)]
+    # this checkout's package, not the one the venv has installed
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        filter(None, [REPO, os.environ.get("PYTHONPATH")])))
+    out = subprocess.run(command, check=True, capture_output=True, text=True, env=env).stdout
     return json.loads(out.strip().splitlines()[-1])
+
+
+def stats_table(workdir: str, files: int, stats: str) -> Path:
+    return Path(workdir) / f"files{files}_p{PARTITIONS}_stats-{stats}"
+
+
+def build_stats_table(path: Path, files: int, stats: str) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from core_tables import build_stats_table as build
+
+    build(path, files, PARTITIONS, stats)
 
 
 def main() -> None:
@@ -232,42 +235,57 @@ def main() -> None:
                         help="files the appends add (default: files/10, at most 100,000)")
     parser.add_argument("--commits", type=int, default=300)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--cases", default="snapshot,changes,first")
+    parser.add_argument("--cases", default="stats-json,stats-struct,snapshot,changes,first")
+    parser.add_argument("--drop", action="store_true", help="delete the tables afterwards")
+    parser.add_argument("--stats", help=argparse.SUPPRESS)
     parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "bench_plan"))
     parser.add_argument("--build", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--case", help=argparse.SUPPRESS)
-    parser.add_argument("--side", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--table", help=argparse.SUPPRESS)
-    parser.add_argument("--last-append", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.case:
-        print(json.dumps(run_case(args.case, args.side, args.table, args.last_append)))
-        return
     range_files = args.range_files or min(100_000, args.files // 10)
     table = Path(args.workdir) / f"files{args.files}_range{range_files}_c{args.commits}"
+    if args.build and args.stats:
+        build_stats_table(stats_table(args.workdir, args.files, args.stats), args.files,
+                          args.stats)
+        return
     if args.build:
         build_log(table, args.files, range_files, args.commits)
         return
-    started = time.perf_counter()
-    # Linux keeps ru_maxrss across exec: a child forked from a big parent would report the
-    # parent's peak, so the log is built in a child and this process stays small.
-    subprocess.run([sys.executable, __file__, "--build", "--files", str(args.files),
-                    "--range-files", str(range_files), "--commits", str(args.commits),
-                    "--workdir", args.workdir], check=True)
-    print(f"log of {args.files:,} live files ready in {time.perf_counter() - started:.1f} s: {table}")
-    last_append = args.commits - DELETE_COMMITS
     cases = args.cases.split(",")
+    tables = {case: stats_table(args.workdir, args.files, STATS_CASES[case])
+              if case in STATS_CASES else table for case in cases}
+    # Linux keeps ru_maxrss across exec: a child forked from a big parent would report the
+    # parent's peak, so the tables are built in a child and this process stays small.
+    build = [sys.executable, __file__, "--build", "--files", str(args.files),
+             "--range-files", str(range_files), "--commits", str(args.commits),
+             "--workdir", args.workdir]
+    for stats in dict.fromkeys(STATS_CASES[c] for c in cases if c in STATS_CASES):
+        started = time.perf_counter()
+        subprocess.run(build + ["--stats", stats], check=True)
+        print(f"table of {args.files:,} files (stats: {stats}) ready in "
+              f"{time.perf_counter() - started:.1f} s")
+    if any(case not in STATS_CASES for case in cases):
+        started = time.perf_counter()
+        subprocess.run(build, check=True)
+        print(f"log of {args.files:,} live files ready in "
+              f"{time.perf_counter() - started:.1f} s: {table}")
+    last_append = args.commits - DELETE_COMMITS
     runs = {(c, s): [] for c in cases for s in (0, 1)}
+    load_before = os.getloadavg()
     for _ in range(args.repeat):
         for case in cases:
             for side in (0, 1):
-                runs[case, side].append(fresh_process(case, side, table, last_append))
-    print_summary(args, range_files, runs, cases)
+                runs[case, side].append(fresh_process(case, side, tables[case], last_append))
+    print_summary(args, range_files, runs, cases, load_before)
+    if args.drop:
+        for path in set(tables.values()):
+            shutil.rmtree(path, ignore_errors=True)
 
 
-def print_summary(args, range_files: int, runs: dict, cases: list[str]) -> None:
-    print(f"\n== bench_plan: {args.files:,} live files, {args.commits} commits "
-          f"(appends add {range_files:,} files), median of {args.repeat} fresh processes ==")
+def print_summary(args, range_files: int, runs: dict, cases: list[str],
+                  load_before: tuple[float, float, float]) -> None:
+    print(f"\n== bench_plan: {args.files:,} live files; synthetic log: {args.commits} commits "
+          f"(appends add {range_files:,} files); stats-*: deltalake's checkpoint, "
+          f"{PARTITIONS} partitions; median of {args.repeat} fresh processes ==")
     for case in cases:
         ours, theirs = runs[case, 0], runs[case, 1]
         ours_s = statistics.median(r["seconds"] for r in ours)
@@ -277,14 +295,19 @@ def print_summary(args, range_files: int, runs: dict, cases: list[str]) -> None:
         ours_rss = max(r["rss_mib"] for r in ours)
         theirs_rss = max(r["rss_mib"] for r in theirs)
         ours_name, theirs_name = CASES[case]
-        print(f"{case:9s} {ours_name:14s} {ours_s:7.2f} s (CPU {ours_cpu:5.2f} s)  "
-              f"peak RSS {ours_rss:7.0f} MiB  ({ours[0]['count']:,} files)")
-        print(f"{'':9s} {theirs_name:33s} {theirs_s:7.2f} s (CPU {theirs_cpu:5.2f} s)  "
-              f"peak RSS {theirs_rss:7.0f} MiB  ({theirs[0]['count']:,} rows)")
-        print(f"{'':9s} ratio {ours_s / theirs_s:.2f}x time, {ours_cpu / theirs_cpu:.2f}x CPU, "
+        ours_import = max(r["import_mib"] for r in ours)
+        theirs_import = max(r["import_mib"] for r in theirs)
+        print(f"{case:12s} {ours_name:33s} {ours_s:7.2f} s (CPU {ours_cpu:5.2f} s)  "
+              f"peak RSS {ours_rss:7.0f} MiB (imports {ours_import:4.0f})  "
+              f"({ours[0]['count']:,} files)")
+        print(f"{'':12s} {theirs_name:33s} {theirs_s:7.2f} s (CPU {theirs_cpu:5.2f} s)  "
+              f"peak RSS {theirs_rss:7.0f} MiB (imports {theirs_import:4.0f})  "
+              f"({theirs[0]['count']:,} rows)")
+        print(f"{'':12s} ratio {ours_s / theirs_s:.2f}x time, {ours_cpu / theirs_cpu:.2f}x CPU, "
               f"{ours_rss / theirs_rss:.2f}x RSS")
-    print(f"load average: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} "
-          f"{os.getloadavg()[2]:.2f} ({os.cpu_count()} CPUs)")
+    after = os.getloadavg()
+    print(f"load average before: {' '.join(f'{v:.2f}' for v in load_before)}, after: "
+          f"{' '.join(f'{v:.2f}' for v in after)} ({os.cpu_count()} CPUs)")
 
 
 if __name__ == "__main__":

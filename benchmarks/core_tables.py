@@ -97,3 +97,58 @@ def build_wide_table(path: Path, files: int) -> Path:
     (path / "_delta_log" / f"{1:020d}.json").write_text("\n".join(lines) + "\n")
     DeltaTable(str(path)).create_checkpoint()
     return path
+
+
+# -- the shape of a big production table ----------------------------------------------------
+
+STATS_KINDS = ("json", "struct", "none")
+_STATS_SCHEMA = pa.schema([("id", pa.int64()), ("value", pa.float64()), ("name", pa.string()),
+                           ("ts", pa.timestamp("us", tz="UTC")), ("part", pa.string())])
+
+
+def build_stats_table(path: Path, files: int, partitions: int = 50, stats: str = "json") -> Path:
+    """A table of ``files`` live files over ``partitions`` partitions, in deltalake's checkpoint.
+
+    Version 0 is an empty table written by deltalake (``id``, ``value``, ``name``, ``ts``,
+    partitioned by ``part``); version 1 adds ``files`` AddFiles (log only) in one commit,
+    each with the statistics JSON Spark and deltalake write (``numRecords``, min/max and null
+    counts of the four data columns) unless ``stats="none"``; deltalake then writes the
+    checkpoint at version 1, with ``stats_parsed`` too when ``stats="struct"``
+    (``delta.checkpoint.writeStatsAsStruct``).
+    """
+    assert stats in STATS_KINDS, stats
+    checkpoint = path / "_delta_log" / f"{1:020d}.checkpoint.parquet"
+    done = path / "_delta_log" / "_complete"
+    if checkpoint.exists() and done.exists():
+        return path
+    shutil.rmtree(path, ignore_errors=True)
+    config = {"delta.checkpoint.writeStatsAsStruct": "true"} if stats == "struct" else None
+    write_deltalake(str(path), _STATS_SCHEMA.empty_table(), partition_by=["part"],
+                    configuration=config)
+    lines = [json.dumps({"commitInfo": {"timestamp": 1_700_000_000_000, "operation": "WRITE",
+                                        "operationParameters": {"mode": "Append"}}})]
+    with_stats = stats != "none"
+    lines += [_stats_add_line(i, partitions, with_stats) for i in range(files)]
+    (path / "_delta_log" / f"{1:020d}.json").write_text("\n".join(lines) + "\n")
+    del lines
+    DeltaTable(str(path)).create_checkpoint()
+    done.touch()
+    return path
+
+
+def _stats_add_line(i: int, partitions: int, with_stats: bool) -> str:
+    part = f"p{i % partitions:02d}"
+    add = {"path": f"part={part}/part-{i % 1000:05d}-{i:08x}-4d2c-9a1e-{i * 7919 % 10**12:012d}"
+                   f"-c000.snappy.parquet",
+           "partitionValues": {"part": part}, "size": 100_000 + (i * 7919) % 900_000,
+           "modificationTime": 1_700_000_000_000 + i, "dataChange": True}
+    if with_stats:
+        low, day = i * 1000, 1 + i % 28
+        add["stats"] = (
+            f'{{"numRecords":{1000 + i % 100},'
+            f'"minValues":{{"id":{low},"value":{i % 97}.25,"name":"a{i:07d}",'
+            f'"ts":"2024-02-{day:02d}T00:00:00.000Z"}},'
+            f'"maxValues":{{"id":{low + 999},"value":{i % 97 + 900}.75,"name":"z{i:07d}",'
+            f'"ts":"2024-02-{day:02d}T23:59:59.999Z"}},'
+            f'"nullCount":{{"id":0,"value":{i % 3},"name":{i % 5},"ts":0}}}}')
+    return json.dumps({"add": add})

@@ -47,6 +47,8 @@ RAW_SCHEMA = pa.schema([
 ])
 # the fields of an add/remove struct in a checkpoint that planning reads
 CHECKPOINT_FIELDS = ("path", "size", "stats", "partitionValues", "deletionVector")
+# where a checkpoint has statistics as a struct too, the one field of them planning reads
+PARSED_NUM_RECORDS = ("stats_parsed", "numRecords")
 # rows of file actions converted at a time where a plan is big (a snapshot's checkpoint)
 CHUNK_ROWS = 1 << 16
 # the columns of a plan's file table
@@ -155,8 +157,21 @@ def _lines(text: bytes) -> int:
     return stripped.count(b"\n") + 1 - stripped.count(b"\n\n")
 
 
+def checkpoint_add_columns(add_type: pa.StructType) -> list[str]:
+    """The leaves of a checkpoint's ``add`` column that :func:`raw_checkpoint_adds` needs:
+    of the statistics, ``stats_parsed.numRecords`` where the checkpoint has it (8 bytes a
+    file), else the JSON (hundreds)."""
+    names = {f.name for f in add_type}
+    parsed, count = PARSED_NUM_RECORDS
+    with_parsed = parsed in names and add_type.field(parsed).type.get_field_index(count) >= 0
+    fields = [name for name in CHECKPOINT_FIELDS if name in names
+              and not (with_parsed and name == "stats")]
+    return [f"add.{name}" for name in fields] + ([f"add.{parsed}.{count}"] if with_parsed else [])
+
+
 def raw_checkpoint_adds(struct: pa.StructArray, version: int) -> pa.Table:
-    """The non-null entries of a checkpoint's ``add`` column as raw actions."""
+    """The non-null entries of a checkpoint's ``add`` column (the leaves
+    :func:`checkpoint_add_columns` names) as raw actions."""
     present = struct.filter(struct.is_valid())
     names = {f.name for f in present.type}
     length = len(present)
@@ -169,7 +184,10 @@ def raw_checkpoint_adds(struct: pa.StructArray, version: int) -> pa.Table:
         columns[name] = (value.cast(target) if value is not None and value.null_count < length
                          else nulls(target, length))
     columns["size"] = columns["size"].fill_null(scalar(0))
-    columns["num_records"] = num_records(columns.pop("stats"))
+    parsed, count = PARSED_NUM_RECORDS
+    stats = columns.pop("stats")
+    columns["num_records"] = (present.field(parsed).field(count).cast(pa.int64())
+                              if parsed in names else num_records(stats))
     return pa.table(columns, schema=RAW_SCHEMA)
 
 

@@ -9,7 +9,7 @@ sidecars) with pyarrow.
 
 from __future__ import annotations
 
-import io
+import functools
 import json
 import logging
 import os
@@ -20,11 +20,13 @@ from typing import Any, NoReturn
 from urllib.parse import unquote
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from airflow_provider_delta.core.actions import parse_commit, partition_keys, table_metadata
+from airflow_provider_delta.core.arrow import combined, to_numpy
 from airflow_provider_delta.core.file_table import (
-    CHECKPOINT_FIELDS, CHUNK_ROWS, empty_raw_actions, json_file_actions, live_adds,
+    CHUNK_ROWS, checkpoint_add_columns, empty_raw_actions, json_file_actions, live_adds,
     raw_checkpoint_adds,
 )
 from airflow_provider_delta.core.model import TableMetadata
@@ -46,6 +48,7 @@ _PROGRESS_EVERY = 10_000  # commits between progress log lines of a long replay
 _REMOTE_READERS = 16
 _REMOTE_READ_AHEAD = 256
 _CHECKPOINT_READERS = min(4, os.cpu_count() or 1)  # row groups of a checkpoint read at once
+_PARQUET_BUFFER = 1 << 20  # bytes of a checkpoint column read at a time
 
 
 @dataclass
@@ -508,11 +511,11 @@ def _parquet_actions(location: TableLocation, version: int, name: str, source: s
     groups whose statistics say a column is all null are not read for it.
     """
     try:
-        parquet = pq.ParquetFile(io.BytesIO(source) if isinstance(source, bytes) else source)
+        parquet = _parquet_file(source)
         names = parquet.schema_arrow.names
         small = [c for c in columns if c in names and c != "add"]
         groups = sorted({g for c in small for g in _row_groups_holding(parquet, c)})
-        table = parquet.read_row_groups(groups, columns=small, use_threads=False)
+        table = _rows_holding(parquet, groups, small)
         if "add" in columns and "add" in names:
             state.checkpoint_adds.extend(_checkpoint_adds(parquet, source, version))
     except (pa.ArrowException, OSError) as exc:
@@ -530,11 +533,56 @@ def _parquet_actions(location: TableLocation, version: int, name: str, source: s
     return actions
 
 
+def _rows_holding(parquet: pq.ParquetFile, groups: list[int], columns: list[str]) -> pa.Table:
+    """The rows of ``groups`` where one of ``columns`` is not null. A checkpoint's protocol
+    and metadata are two rows among its files' (1M null metadata structs read at once: 136
+    MiB), mostly the first ones: their first leaves say where they are, and the columns are
+    read a chunk at a time up to there."""
+    schema = pa.schema([parquet.schema_arrow.field(name) for name in columns])
+    chunks = [pa.Table.from_arrays([pa.nulls(0, f.type) for f in schema], schema=schema)]
+    last = max((_last_row_holding(parquet, groups, name) for name in columns), default=-1)
+    rows = 0
+    for batch in parquet.iter_batches(CHUNK_ROWS, row_groups=groups, columns=columns,
+                                      use_threads=False) if last >= 0 else ():
+        present = functools.reduce(pc.or_, [column.is_valid() for column in batch.columns])
+        chunks.append(pa.Table.from_batches([batch.filter(present)], schema))
+        rows += len(batch)
+        if rows > last:
+            break
+    return pa.concat_tables(chunks)
+
+
+def _last_row_holding(parquet: pq.ParquetFile, groups: list[int], column: str) -> int:
+    """The last row of ``groups`` where ``column`` is not null (-1: none), by its first leaf."""
+    leaf = _first_leaf(parquet, column)
+    values = parquet.read_row_groups(groups, columns=[leaf], use_threads=False).column(0)
+    for _ in leaf.split(".")[1:]:
+        values = pc.struct_field(values, [0])
+    found = pc.indices_nonzero(combined(values.is_valid()))
+    return to_numpy(found)[-1] if len(found) else -1
+
+
+def _parquet_file(source: str | bytes) -> pq.ParquetFile:
+    """A checkpoint file read page by page: pyarrow's default (pre-buffering) reads every
+    column chunk it is asked for whole, and deltalake writes a checkpoint's adds as one
+    uncompressed row group (the statistics alone: 250 MiB at 1M files)."""
+    return pq.ParquetFile(pa.BufferReader(source) if isinstance(source, bytes) else source,
+                          pre_buffer=False, buffer_size=_PARQUET_BUFFER)
+
+
+def _first_leaf(parquet: pq.ParquetFile, column: str) -> str:
+    """The path of ``column``'s first leaf (a null struct is null in every leaf)."""
+    schema = parquet.metadata.schema
+    return next(schema.column(i).path for i in range(len(schema))
+                if schema.column(i).path.startswith(column + "."))
+
+
 def _row_groups_holding(parquet: pq.ParquetFile, column: str) -> list[int]:
     """The row groups where ``column`` may have a non-null value, by its first leaf's
     null count (a null struct is null in every leaf)."""
     schema = parquet.metadata.schema
-    leaf = next(i for i in range(len(schema)) if schema.column(i).path.startswith(column + "."))
+    path = _first_leaf(parquet, column)
+    leaf = next(i for i in range(len(schema)) if schema.column(i).path == path)
     groups = []
     for group in range(parquet.metadata.num_row_groups):
         meta = parquet.metadata.row_group(group)
@@ -546,15 +594,14 @@ def _row_groups_holding(parquet: pq.ParquetFile, column: str) -> list[int]:
 
 def _checkpoint_adds(parquet: pq.ParquetFile, source: str | bytes, version: int
                      ) -> list[pa.Table]:
-    """The checkpoint's AddFiles as raw actions, ``CHUNK_ROWS`` at a time (their statistics
-    JSON, read only to count rows, is the biggest thing planning holds); row groups read and
-    converted on ``_CHECKPOINT_READERS`` threads (Arrow releases the GIL), each with its own
-    reader."""
-    add_type = parquet.schema_arrow.field("add").type
-    fields = [f"add.{f}" for f in CHECKPOINT_FIELDS if add_type.get_field_index(f) >= 0]
+    """The checkpoint's AddFiles as raw actions, ``CHUNK_ROWS`` at a time (their statistics,
+    read only to count rows, are the biggest thing a checkpoint holds: each chunk's are
+    dropped once counted); row groups read and converted on ``_CHECKPOINT_READERS`` threads
+    (Arrow releases the GIL), each with its own reader."""
+    fields = checkpoint_add_columns(parquet.schema_arrow.field("add").type)
 
     def read(group: int) -> list[pa.Table]:
-        own = pq.ParquetFile(pa.BufferReader(source) if isinstance(source, bytes) else source)
+        own = _parquet_file(source)
         batches = own.iter_batches(CHUNK_ROWS, row_groups=[group], columns=fields,
                                    use_threads=False)
         return [raw_checkpoint_adds(batch.column("add"), version) for batch in batches]

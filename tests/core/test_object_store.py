@@ -49,3 +49,78 @@ def test_remote_commit_times_and_errors(shared_table, upload, s3_options):
         latest_version(gap, storage_options=s3_options)
     with pytest.raises(TableNotFoundError):
         latest_version("s3://lake/absent", storage_options=s3_options)
+
+
+def _log_in_moto(tmp_path, prefix: str, commits: int) -> str:
+    """A table of versions 0..commits-1 put straight into the moto bucket (no HTTP): version 0
+    and its checkpoint written by deltalake, then one-file overwrites (remove the previous
+    file, add a new one), the newest tenth version checkpointed and named by
+    ``_last_checkpoint``, as a writer checkpointing every 10 commits leaves it (older
+    checkpoints are left out: no poke reads them)."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from deltalake import DeltaTable, write_deltalake
+    from moto.core.models import DEFAULT_ACCOUNT_ID
+    from moto.s3.models import s3_backends
+
+    from tests.conftest import S3_BUCKET
+
+    local = tmp_path / prefix
+    write_deltalake(str(local), pa.table({"id": pa.array([0], pa.int64())}))
+    DeltaTable(str(local)).create_checkpoint()
+    log = local / "_delta_log"
+    template = pq.read_table(log / f"{0:020d}.checkpoint.parquet")
+    backend = s3_backends[DEFAULT_ACCOUNT_ID]["aws"]
+
+    def put(name: str, data: bytes) -> None:
+        backend.put_object(S3_BUCKET, f"{prefix}/_delta_log/{name}", data)
+
+    put(f"{0:020d}.json", (log / f"{0:020d}.json").read_bytes())
+    previous = next(a["path"] for a in template.column("add").to_pylist() if a)
+    commit = "\n".join(json.dumps(action) for action in [  # formatted, not dumped 100,000 times
+        {"commitInfo": {"timestamp": "TIME", "operation": "WRITE"}},
+        {"remove": {"path": "REMOVED", "deletionTimestamp": 1_700_000_000_000,
+                    "dataChange": True}},
+        {"add": {"path": "ADDED", "partitionValues": {}, "size": 500,
+                 "modificationTime": 1_700_000_000_000, "dataChange": True}},
+    ]).replace('"TIME"', "%d").replace("REMOVED", "%s").replace("ADDED", "%s") + "\n"
+    for version in range(1, commits):
+        added = f"part-{version:07d}.parquet"
+        put(f"{version:020d}.json",
+            (commit % (1_700_000_000_000 + version, previous, added)).encode())
+        previous = added
+    newest = (commits - 1) // 10 * 10
+    added = f"part-{newest:07d}.parquet" if newest else previous
+    adds = [dict(a, path=added) if a else None for a in template.column("add").to_pylist()]
+    index = template.schema.get_field_index("add")
+    checkpoint = template.set_column(index, template.schema.field("add"),
+                                     pa.array(adds, template.schema.field("add").type))
+    sink = pa.BufferOutputStream()
+    pq.write_table(checkpoint, sink)
+    put(f"{newest:020d}.checkpoint.parquet", sink.getvalue().to_pybytes())
+    put("_last_checkpoint", json.dumps({"version": newest, "size": len(checkpoint)}).encode())
+    return f"s3://{S3_BUCKET}/{prefix}"
+
+
+def test_an_idle_poke_is_one_listing_at_any_history_length(tmp_path, s3_options):
+    """What a sensor or trigger sends to S3 when nothing is new: one start-after LIST from
+    its watermark, at 100 commits and at 100,000; its first poke (which also replays the
+    head's protocol from the newest checkpoint) costs the same at both lengths."""
+    from airflow_provider_delta.core.probe import VersionProbe
+    from tests.moto_s3 import counted_requests
+
+    first_pokes = []
+    for commits in (100, 100_000):
+        uri = _log_in_moto(tmp_path, f"history-{commits}", commits)
+        head = commits - 1
+        with counted_requests(s3_options) as (counted, requests):
+            probe = VersionProbe(uri, counted)
+            assert probe.new_range(head + 1, probe.latest(since=head)) is None
+            first_pokes.append(dict(requests))
+            requests.clear()
+            for _ in range(3):
+                assert probe.new_range(head + 1, probe.latest(since=head)) is None
+            assert requests == {"GET": 3}, (commits, requests)
+    assert first_pokes[0] == first_pokes[1], first_pokes

@@ -121,6 +121,25 @@ def test_vacuumed_file_is_still_planned_from_the_log(tmp_path):
         plan_changes(path, 0, 1)
 
 
+@pytest.mark.parametrize("with_json", [True, False])
+def test_row_counts_from_a_checkpoint_with_stats_as_a_struct(tmp_path, with_json):
+    """deltalake's ``writeStatsAsStruct`` checkpoint: the row counts come from
+    ``stats_parsed`` (the only statistics it holds without ``writeStatsAsJson``), the
+    partition values and protocol (written after the files) as from any other."""
+    path = str(tmp_path / "t")
+    config = {"delta.checkpoint.writeStatsAsStruct": "true",
+              "delta.checkpoint.writeStatsAsJson": str(with_json).lower()}
+    write_deltalake(path, pa.table({"id": [1, 2], "p": ["a", "b"]}), partition_by=["p"],
+                    configuration=config)
+    write_deltalake(path, pa.table({"id": [3, 4, 5], "p": ["c"] * 3}), mode="append")
+    DeltaTable(path).create_checkpoint()
+    add = pq.read_schema(Path(path, "_delta_log", f"{1:020d}.checkpoint.parquet")).field("add")
+    assert "stats_parsed" in add.type.names and ("stats" in add.type.names) == with_json
+    files = plan_snapshot(path).file_table.sort_by("num_records")
+    assert files.column("num_records").to_pylist() == [1, 1, 3]
+    assert files.column("partition_values").to_pylist()[2] == {"p": "c"}
+
+
 def test_cleaned_log_window(tmp_path):
     path = str(tmp_path / "t")
     write_deltalake(path, _rows(0), configuration={"delta.logRetentionDuration": "interval 0 seconds"})
