@@ -77,3 +77,20 @@ class _Forward(BaseHTTPRequestHandler):
 
     def log_message(self, *args) -> None:
         pass
+
+
+@contextmanager
+def scratch_bucket(name: str) -> Iterator[str]:
+    """A bucket of its own on the moto server (created and emptied inside this process), for
+    tests putting many keys: moto scans every key of a bucket on each listing, so they would
+    slow the shared bucket's tests down."""
+    from moto.core.models import DEFAULT_ACCOUNT_ID
+    from moto.s3.models import s3_backends
+
+    backend = s3_backends[DEFAULT_ACCOUNT_ID]["aws"]
+    backend.create_bucket(name, "us-east-1")
+    try:
+        yield name
+    finally:
+        backend.get_bucket(name).keys.clear()
+        backend.delete_bucket(name)

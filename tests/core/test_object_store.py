@@ -51,8 +51,8 @@ def test_remote_commit_times_and_errors(shared_table, upload, s3_options):
         latest_version("s3://lake/absent", storage_options=s3_options)
 
 
-def _log_in_moto(tmp_path, prefix: str, commits: int) -> str:
-    """A table of versions 0..commits-1 put straight into the moto bucket (no HTTP): version 0
+def _log_in_moto(tmp_path, bucket: str, prefix: str, commits: int) -> str:
+    """A table of versions 0..commits-1 put straight into a moto bucket (no HTTP): version 0
     and its checkpoint written by deltalake, then one-file overwrites (remove the previous
     file, add a new one), the newest tenth version checkpointed and named by
     ``_last_checkpoint``, as a writer checkpointing every 10 commits leaves it (older
@@ -65,9 +65,7 @@ def _log_in_moto(tmp_path, prefix: str, commits: int) -> str:
     from moto.core.models import DEFAULT_ACCOUNT_ID
     from moto.s3.models import s3_backends
 
-    from tests.conftest import S3_BUCKET
-
-    local = tmp_path / prefix
+    local = tmp_path / bucket / prefix
     write_deltalake(str(local), pa.table({"id": pa.array([0], pa.int64())}))
     DeltaTable(str(local)).create_checkpoint()
     log = local / "_delta_log"
@@ -75,7 +73,7 @@ def _log_in_moto(tmp_path, prefix: str, commits: int) -> str:
     backend = s3_backends[DEFAULT_ACCOUNT_ID]["aws"]
 
     def put(name: str, data: bytes) -> None:
-        backend.put_object(S3_BUCKET, f"{prefix}/_delta_log/{name}", data)
+        backend.put_object(bucket, f"{prefix}/_delta_log/{name}", data)
 
     put(f"{0:020d}.json", (log / f"{0:020d}.json").read_bytes())
     previous = next(a["path"] for a in template.column("add").to_pylist() if a)
@@ -101,21 +99,23 @@ def _log_in_moto(tmp_path, prefix: str, commits: int) -> str:
     pq.write_table(checkpoint, sink)
     put(f"{newest:020d}.checkpoint.parquet", sink.getvalue().to_pybytes())
     put("_last_checkpoint", json.dumps({"version": newest, "size": len(checkpoint)}).encode())
-    return f"s3://{S3_BUCKET}/{prefix}"
+    return f"s3://{bucket}/{prefix}"
 
 
+@pytest.mark.slow  # 100,000 commits put into moto
 def test_an_idle_poke_is_one_listing_at_any_history_length(tmp_path, s3_options):
     """What a sensor or trigger sends to S3 when nothing is new: one start-after LIST from
     its watermark, at 100 commits and at 100,000; its first poke (which also replays the
     head's protocol from the newest checkpoint) costs the same at both lengths."""
     from airflow_provider_delta.core.probe import VersionProbe
-    from tests.moto_s3 import counted_requests
+    from tests.moto_s3 import counted_requests, scratch_bucket
 
     first_pokes = []
     for commits in (100, 100_000):
-        uri = _log_in_moto(tmp_path, f"history-{commits}", commits)
         head = commits - 1
-        with counted_requests(s3_options) as (counted, requests):
+        with scratch_bucket(f"history-{commits}") as bucket, \
+                counted_requests(s3_options) as (counted, requests):
+            uri = _log_in_moto(tmp_path, bucket, "t", commits)
             probe = VersionProbe(uri, counted)
             assert probe.new_range(head + 1, probe.latest(since=head)) is None
             first_pokes.append(dict(requests))

@@ -18,7 +18,7 @@ from airflow_provider_delta.errors import MissingDataFileError, StorageAccessErr
 from airflow_provider_delta.spark.reader import check_files_exist
 from airflow_provider_delta.storage import missing_file_mask
 from tests.conftest import S3_BUCKET, S3_SECRET
-from tests.moto_s3 import counted_requests, put_tree
+from tests.moto_s3 import counted_requests, put_tree, scratch_bucket
 
 
 def _table_of_copies(path: Path, files_by_partition: dict[int, int]) -> None:
@@ -105,6 +105,28 @@ def test_a_listing_that_would_cost_more_than_heads_stops(tmp_path, s3_store, s3_
         f"s3://{S3_BUCKET}/{key}" for key in deleted}
     # Up to 20 keys a plan file: 6,020 keys, 7 pages; they reach about copy-00205.
     assert requests["GET"] == 7 and 50 < requests["HEAD"] < 150, requests
+
+
+@pytest.mark.slow  # 100,000 keys in moto, which scans them all on each listing: minutes
+def test_a_plan_of_100000_files_in_a_few_prefixes_lists_a_page_per_1000(s3_options):
+    """100,000 files in 4 partition folders: each folder is listed from its first file to its
+    last, 1,000 keys a page (S3's most), so the check sends one request a page (100 here,
+    against 100,000 HEADs) and none per file; files missing in every folder are found."""
+    from moto.core.models import DEFAULT_ACCOUNT_ID
+    from moto.s3.models import s3_backends
+
+    backend = s3_backends[DEFAULT_ACCOUNT_ID]["aws"]
+    keys = [f"big/p={n % 4}/part-{n:06d}.parquet" for n in range(100_000)]
+    deleted = {keys[n] for n in (7, 24_996, 49_985, 74_974)}  # one in each folder
+    with scratch_bucket("many-files") as bucket:
+        for key in keys:
+            if key not in deleted:
+                backend.put_object(bucket, key, b"")
+        uris = pa.array([f"s3://{bucket}/{key}" for key in keys], pa.string())
+        with counted_requests(s3_options) as (counted, requests):
+            mask = missing_file_mask(uris, f"s3://{bucket}/big", counted)
+    assert {keys[row] for row in np.flatnonzero(mask)} == deleted and len(deleted) == 4
+    assert requests == {"GET": 100}, requests
 
 
 def test_refused_credentials_on_a_listing_are_permanent(tmp_path, s3_store, s3_options, request):
