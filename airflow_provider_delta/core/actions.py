@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from decimal import Decimal
 from typing import Any
 
@@ -19,6 +19,23 @@ def parse_commit(raw: bytes) -> Iterator[dict[str, Any]]:
     for line in raw.splitlines():
         if line.strip():
             yield json.loads(line)
+
+
+def changes_data(actions: Iterable[Mapping[str, Any]]) -> bool:
+    """Whether a commit changes the table's rows: an ``add`` or ``remove`` with
+    ``dataChange=true`` (the default where the flag is missing), or ``cdc`` files.
+
+    OPTIMIZE and other rewrites flag their files ``dataChange=false``; VACUUM commits hold only
+    ``commitInfo``; property and schema changes hold ``metaData``: none of them change rows.
+    """
+    for action in actions:
+        if "cdc" in action:
+            return True
+        for kind in ("add", "remove"):
+            file_action = action.get(kind)
+            if isinstance(file_action, Mapping) and file_action.get("dataChange", True):
+                return True
+    return False
 
 
 def table_metadata(meta_action: Mapping[str, Any], protocol: Mapping[str, Any]) -> TableMetadata:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import logging
 from typing import TypedDict
 
-from airflow_provider_delta.core.actions import table_metadata
+from airflow_provider_delta.core.actions import changes_data, table_metadata
 from airflow_provider_delta.core.protocol import check_protocol
-from airflow_provider_delta.core.replay import replay
+from airflow_provider_delta.core.replay import read_commits, replay
 from airflow_provider_delta.core.delta_log import TableLocation
 from airflow_provider_delta.core.commit_times import in_commit_timestamp_of
 from airflow_provider_delta.core.versions import newest_version
@@ -44,6 +44,9 @@ class VersionProbe:
         # Not copied: options from a connection name it in access errors.
         self.location = TableLocation(table_uri, storage_options or None)
         self.table_id: str | None = None  # of the head at the first `latest`
+        # Whether each commit read by `data_versions` changes data: a later poke reads only
+        # the commits made since (only versions at or after the last start asked are kept).
+        self._changes_data: dict[int, bool] = {}
 
     def latest(self, since: int | None) -> int:
         """The latest version, listing ``_delta_log`` only from ``since`` (a known version) on."""
@@ -60,19 +63,26 @@ class VersionProbe:
         return table_metadata(state.metadata or {}, protocol).table_id
 
     def new_range(self, start_version: int, latest: int, min_new_versions: int = 1, *,
-                  latest_commit_timestamp: int | None = None, quiet: bool = False
-                  ) -> VersionRange | None:
-        """The range ``start_version..latest`` if it holds at least ``min_new_versions`` commits.
+                  data_changes_only: bool = False, latest_commit_timestamp: int | None = None,
+                  quiet: bool = False) -> VersionRange | None:
+        """The range ``start_version..latest`` if it holds at least ``min_new_versions`` commits
+        (with ``data_changes_only``: commits that change data, see :meth:`data_versions`).
 
-        ``latest_commit_timestamp``, when a shared poll read it already, spares the read of the
-        head commit; ``quiet`` logs at DEBUG (a trigger logs at INFO once a minute at most).
+        The range always ends at ``latest``: commits that change no data ride along with the
+        next data change (a load plans no file of theirs). ``latest_commit_timestamp``, when a
+        shared poll read it already, spares the read of the head commit; ``quiet`` logs at
+        DEBUG (a trigger logs at INFO once a minute at most).
         """
         level = logging.DEBUG if quiet else logging.INFO
         new_versions = latest - start_version + 1
+        kind = "new version(s)"
+        if data_changes_only and new_versions >= min_new_versions:
+            new_versions, kind = len(self.data_versions(start_version, latest)), "data change(s)"
         if new_versions < min_new_versions:
             log.log(
-                level, "%s: %d new version(s) from %d (latest %d), waiting for %d",
-                self.table_uri, max(new_versions, 0), start_version, latest, min_new_versions,
+                level, "%s: %d %s from %d (latest %d), waiting for %d",
+                self.table_uri, max(new_versions, 0), kind, start_version, latest,
+                min_new_versions,
             )
             return None
         log.log(level, "%s: new versions %d..%d", self.table_uri, start_version, latest)
@@ -84,6 +94,23 @@ class VersionProbe:
             end_version=latest,
             latest_commit_timestamp=latest_commit_timestamp,
         )
+
+    def data_versions(self, start_version: int, end_version: int) -> list[int]:
+        """The versions in ``start_version..end_version`` whose commits change data.
+
+        Reads only the commits this probe has not classified yet, so a sensor that keeps
+        seeing OPTIMIZE or VACUUM commits reads each once, whatever the table's history.
+        """
+        known = {v: c for v, c in self._changes_data.items() if v >= start_version}
+        first_unread = start_version
+        while first_unread in known:
+            first_unread += 1
+        for version, actions in read_commits(self.location, range(first_unread, end_version + 1)):
+            if actions is None:
+                raise self._vanished(version)
+            known[version] = changes_data(actions)
+        self._changes_data = known
+        return [v for v in range(start_version, end_version + 1) if known[v]]
 
     def commit_timestamp(self, version: int) -> int:
         """Epoch ms of a commit, from that commit alone: its in-commit timestamp, else its file time.

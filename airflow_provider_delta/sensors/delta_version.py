@@ -69,6 +69,12 @@ class DeltaVersionSensor(BaseSensorOperator):
         id (the table was dropped and recreated, or replaced, at the same path), restarts with
         ``initial`` instead of failing with :class:`~airflow_provider_delta.errors.WatermarkError`.
     :param min_new_versions: how many new versions it takes to succeed (default 1).
+    :param data_changes_only: succeed only for versions that change data (an ``add`` or
+        ``remove`` with ``dataChange=true``, or ``cdc`` files); OPTIMIZE, VACUUM and property
+        changes alone keep the sensor waiting, and ``min_new_versions`` counts data changes.
+        The range found still starts after the watermark and ends at the latest version: the
+        load plans no file of the commits that change no data. A poke reads the commits after
+        the watermark (in poke mode and deferred, each only once).
     :param deferrable: wait in the triggerer instead of a worker slot. ``timeout`` and
         ``soft_fail`` behave as in poke and reschedule mode.
     """
@@ -88,6 +94,7 @@ class DeltaVersionSensor(BaseSensorOperator):
         initial: Initial = "snapshot",
         reset_if_ahead: bool = False,
         min_new_versions: int = 1,
+        data_changes_only: bool = False,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         **kwargs: Any,
     ):
@@ -111,6 +118,7 @@ class DeltaVersionSensor(BaseSensorOperator):
         self.initial = validate_initial(initial, table_uri)
         self.reset_if_ahead = reset_if_ahead
         self.min_new_versions = min_new_versions
+        self.data_changes_only = data_changes_only
         self.deferrable = deferrable
         self._latest_at_first_poke: int | None = None
         self._found: dict[str, Any] | None = None  # the range returned, for OpenLineage
@@ -155,6 +163,7 @@ class DeltaVersionSensor(BaseSensorOperator):
                 table_uri=self.table_uri,
                 start_version=start_version,
                 min_new_versions=self.min_new_versions,
+                data_changes_only=self.data_changes_only,
                 poll_interval=self.poke_interval,
                 delta_conn_id=self.delta_conn_id,
                 timeout_at=time.time() + self.timeout,
@@ -203,7 +212,8 @@ class DeltaVersionSensor(BaseSensorOperator):
                           "is there to load", start.version)
             found = self.probe.new_range(start.version, start.version)
         else:
-            found = self.probe.new_range(start.version, latest, self.min_new_versions)
+            found = self.probe.new_range(start.version, latest, self.min_new_versions,
+                                         data_changes_only=self.data_changes_only)
         self._found = found and _found(found, start)
         freshness.emit_lag(self.probe, stored and stored.version, latest, context.get("ti"))
         return start.version, self._found

@@ -51,7 +51,7 @@ from airflow_provider_delta.errors import (
     DeltaProviderError, InvalidParameterError, TableNotFoundError,
 )
 from airflow_provider_delta.storage import to_uri
-from airflow_provider_delta.triggers.pollers import Poll, PollKey, registry
+from airflow_provider_delta.triggers.pollers import Poll, PollKey, backoff_seconds, registry
 from airflow_provider_delta.watermarks import (
     Initial,
     LoadStart,
@@ -66,7 +66,8 @@ PROGRESS_LOG_SECONDS = 60.0
 MIN_NEW_VERSIONS_FIX = "give how many new versions to wait for: 1 or more"
 # The trigger's parameters, as serialize() hands them to the triggerer.
 _SERIALIZED = ("table_uri", "start_version", "initial", "min_new_versions", "poll_interval",
-               "delta_conn_id", "timeout_at", "fire_once", "state_key", "max_backoff")
+               "delta_conn_id", "timeout_at", "fire_once", "state_key", "max_backoff",
+               "data_changes_only")
 
 
 class DeltaVersionTrigger(BaseEventTrigger):
@@ -79,6 +80,8 @@ class DeltaVersionTrigger(BaseEventTrigger):
         there is no watermark (see :func:`~airflow_provider_delta.watermarks.resolve_load_start`).
         A watcher's ``"snapshot"`` announces the current snapshot first (``mode="snapshot"``).
     :param min_new_versions: how many new versions make an event.
+    :param data_changes_only: only versions that change data make an event (as for
+        :class:`~airflow_provider_delta.sensors.DeltaVersionSensor`).
     :param poll_interval: seconds between listings.
     :param delta_conn_id: connection with the storage credentials, if any (``delta``, ``aws``,
         ``wasb``, ``adls`` or ``google_cloud_platform``).
@@ -101,6 +104,7 @@ class DeltaVersionTrigger(BaseEventTrigger):
         fire_once: bool = False,
         state_key: str = WATCHER_STATE_KEY,
         max_backoff: float = 600.0,
+        data_changes_only: bool = False,
     ):
         super().__init__()
         _check_settings(table_uri, min_new_versions, poll_interval, fire_once)
@@ -114,6 +118,7 @@ class DeltaVersionTrigger(BaseEventTrigger):
         self.fire_once = fire_once
         self.state_key = state_key
         self.max_backoff = max_backoff
+        self.data_changes_only = data_changes_only
         self._progress = ProgressPace()
         self._shared_by_assets = False  # several assets watch through this one trigger
 
@@ -161,16 +166,14 @@ class DeltaVersionTrigger(BaseEventTrigger):
         except DeltaProviderError as err:
             if not self.fire_once:
                 raise
-            yield self._error_event(err)
+            yield _error_event(self.table_uri, err)
             return
         async for found in self._new_ranges(start.version, probe, shared_stream):
             if isinstance(found, DeltaProviderError):
-                yield self._error_event(found)
+                yield _error_event(self.table_uri, found)
                 return
             if found is None:
-                yield TriggerEvent({"status": "timeout", "table_uri": self.table_uri, "message": (
-                    f"{self.table_uri}: no {self.min_new_versions} new version(s) from version "
-                    f"{start.version} before the sensor's timeout.")})
+                yield _timeout_event(self, start.version)
                 return
             async for event in self._announce(found, "changes", probe):
                 yield event
@@ -194,7 +197,7 @@ class DeltaVersionTrigger(BaseEventTrigger):
 
         ``None`` means timed out, an error means give up.
         """
-        if self._timed_out():
+        if self.timeout_at is not None and time.time() >= self.timeout_at:
             yield None
             return
         try:
@@ -203,8 +206,9 @@ class DeltaVersionTrigger(BaseEventTrigger):
             outcome = Poll(error=err, failures=1)
         polls = aiter(polls)
         while True:
-            if isinstance(outcome, Poll):
-                outcome = self._range_of(outcome, probe, start_version)
+            if isinstance(outcome, Poll):  # data_changes_only reads commits: off the loop
+                hop = asyncio.to_thread if self.data_changes_only else _call_now
+                outcome = await hop(self._range_of, outcome, probe, start_version)
             if isinstance(outcome, DeltaProviderError):
                 yield outcome
                 return
@@ -223,9 +227,13 @@ class DeltaVersionTrigger(BaseEventTrigger):
             return self._unless_retried(found.error, found.failures)
         if found.latest is None:
             return None
-        return probe.new_range(start_version, found.latest, self.min_new_versions,
-                               latest_commit_timestamp=found.latest_commit_timestamp,
-                               quiet=not self._progress.due())
+        try:
+            return probe.new_range(start_version, found.latest, self.min_new_versions,
+                                   data_changes_only=self.data_changes_only,
+                                   latest_commit_timestamp=found.latest_commit_timestamp,
+                                   quiet=not self._progress.due())
+        except DeltaProviderError as err:  # reading a new commit (data_changes_only) failed
+            return self._unless_retried(err, found.failures + 1)
 
     def _unless_retried(self, err: DeltaProviderError, failures: int) -> DeltaProviderError | None:
         """``err`` if it ends the wait; None (after logging) if the polls carry on."""
@@ -260,7 +268,7 @@ class DeltaVersionTrigger(BaseEventTrigger):
                 failures += not waits
                 if self._unless_retried(err, failures) is not None:
                     raise
-                await asyncio.sleep(self.poll_interval if waits else self._next_wait(failures))
+                await asyncio.sleep(self.poll_interval if waits else self._backoff(failures))
 
     def _waits_for_table(self, err: DeltaProviderError) -> bool:
         """A watcher may be set up before its table: a missing table is then worth waiting for."""
@@ -273,20 +281,17 @@ class DeltaVersionTrigger(BaseEventTrigger):
     def _check(self, probe: VersionProbe, start_version: int) -> VersionRange | None:
         latest = probe.latest(since=start_version - 1 if start_version > 0 else None)
         return probe.new_range(start_version, latest, self.min_new_versions,
+                               data_changes_only=self.data_changes_only,
                                quiet=not self._progress.due())
 
-    def _timed_out(self) -> bool:
-        return self.timeout_at is not None and time.time() >= self.timeout_at
+    def _backoff(self, failures: int) -> float:
+        """The backoff after ``failures`` failures, ending no later than the timeout."""
+        wait = backoff_seconds(self.poll_interval, self.max_backoff, failures)
+        return wait if self.timeout_at is None else min(wait, max(self.timeout_at - time.time(), 0.0))
 
     def _poll_key(self) -> PollKey:
         return PollKey(to_uri(self.table_uri), self.delta_conn_id, float(self.poll_interval),
                        float(self.max_backoff))
-
-    def _next_wait(self, failures: int) -> float:
-        wait = min(self.poll_interval * 2**failures, max(self.max_backoff, self.poll_interval))
-        if self.timeout_at is not None:
-            wait = min(wait, max(self.timeout_at - time.time(), 0.0))
-        return wait
 
     async def _start_from_watermark(self, probe: VersionProbe) -> LoadStart:
         """A watcher's start: after its stored watermark, else as ``initial`` says."""
@@ -315,9 +320,6 @@ class DeltaVersionTrigger(BaseEventTrigger):
                 self.table_uri, self.initial)
             return None
 
-    def _error_event(self, err: DeltaProviderError) -> TriggerEvent:
-        return TriggerEvent({"status": "error", "table_uri": self.table_uri, "message": str(err)})
-
 
 def _check_settings(table_uri: str, min_new_versions: int, poll_interval: float,
                     fire_once: bool) -> None:
@@ -332,6 +334,22 @@ def _check_settings(table_uri: str, min_new_versions: int, poll_interval: float,
         raise InvalidParameterError(None, "poll_interval", poll_interval,
                                     "is not above 0 seconds",
                                     "give the seconds between two looks at the log", table_uri)
+
+
+def _timeout_event(trigger: DeltaVersionTrigger, start_version: int) -> TriggerEvent:
+    kind = "version(s) changing data" if trigger.data_changes_only else "version(s)"
+    return TriggerEvent({"status": "timeout", "table_uri": trigger.table_uri, "message": (
+        f"{trigger.table_uri}: no {trigger.min_new_versions} new {kind} from version "
+        f"{start_version} before the sensor's timeout.")})
+
+
+def _error_event(table_uri: str, err: DeltaProviderError) -> TriggerEvent:
+    return TriggerEvent({"status": "error", "table_uri": table_uri, "message": str(err)})
+
+
+async def _call_now(function: Callable[..., Any], *args: Any) -> Any:
+    """``function(*args)`` in the event loop, awaitable as ``asyncio.to_thread`` is."""
+    return function(*args)
 
 
 class ProgressPace:

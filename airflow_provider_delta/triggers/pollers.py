@@ -111,11 +111,15 @@ class TablePoller:
     def _next_due(self, found: Poll, now: float) -> float:
         interval = self.key.poll_interval
         if found.error is not None and not found.error.permanent:
-            backoff = min(interval * 2**found.failures, max(self.key.max_backoff, interval))
-            return now + backoff
+            return now + backoff_seconds(interval, self.key.max_backoff, found.failures)
         next_due = self.due_at + interval
         # A poll that ran late (a busy loop) moves the phase instead of polling again at once.
         return next_due if next_due > now + COALESCE_SECONDS else now + interval
+
+
+def backoff_seconds(interval: float, max_backoff: float, failures: int) -> float:
+    """The wait after ``failures`` failed polls in a row: doubling, up to ``max_backoff``."""
+    return min(interval * 2**failures, max(max_backoff, interval))
 
 
 class PollerRegistry:

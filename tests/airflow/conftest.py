@@ -33,6 +33,21 @@ class GrowingTable:
     def version(self) -> int:
         return DeltaTable(self.uri, storage_options=self.storage_options).version()
 
+    def optimize(self) -> int:
+        """Compact the table's files (an OPTIMIZE commit: files with dataChange=false)."""
+        table = DeltaTable(self.uri, storage_options=self.storage_options)
+        assert table.optimize.compact()["numFilesRemoved"] > 1, "nothing to compact"
+        return self.version()
+
+    def maintain(self) -> int:
+        """OPTIMIZE, VACUUM (commitInfo-only commits) and SET TBLPROPERTIES (metaData only):
+        commits that change no data. Returns the new latest version."""
+        self.optimize()
+        table = DeltaTable(self.uri, storage_options=self.storage_options)
+        table.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
+        table.alter.set_table_properties({"delta.logRetentionDuration": "interval 60 days"})
+        return self.version()
+
 
 @pytest.fixture
 def growing_table(tmp_path: Path) -> Callable[..., GrowingTable]:
@@ -76,15 +91,16 @@ class _EventOnMessage(logging.Handler):
 def commit_once_deferred():
     """``with commit_once_deferred(table): dag_run = run_dag(dag)`` appends one commit only
     after dag.test() has started running a deferred task's trigger, so the sensor cannot have
-    seen it before deferring."""
+    seen it before deferring (``commit``: what to do instead of the append)."""
 
     @contextmanager
-    def arrange(table: GrowingTable) -> Iterator[None]:
+    def arrange(table: GrowingTable, commit: Callable[[], object] | None = None
+                ) -> Iterator[None]:
         trigger_running = threading.Event()
         dag_test_log = logging.getLogger("airflow.sdk.definitions.dag")
         handler = _EventOnMessage("running trigger in line", trigger_running)
         dag_test_log.addHandler(handler)
-        with _commit_when(trigger_running.wait, table):
+        with _commit_when(trigger_running.wait, commit or table.append):
             try:
                 yield
             finally:
@@ -120,23 +136,23 @@ def commit_once_rescheduled():
 
     @contextmanager
     def arrange(table: GrowingTable, dag_id: str) -> Iterator[None]:
-        with _commit_when(lambda timeout: wait_for_reschedule(dag_id, timeout), table):
+        with _commit_when(lambda timeout: wait_for_reschedule(dag_id, timeout), table.append):
             yield
 
     return arrange
 
 
 @contextmanager
-def _commit_when(wait: Callable[[float], bool], table: GrowingTable) -> Iterator[None]:
-    """Append one commit to ``table`` from a thread, once ``wait`` returns true."""
+def _commit_when(wait: Callable[[float], bool], commit: Callable[[], object]) -> Iterator[None]:
+    """Run ``commit`` from a thread, once ``wait`` returns true."""
     happened = threading.Event()
 
-    def commit() -> None:
+    def commit_in_time() -> None:
         if wait(120):
-            table.append()
+            commit()
             happened.set()
 
-    thread = threading.Thread(target=commit)
+    thread = threading.Thread(target=commit_in_time)
     thread.start()
     try:
         yield

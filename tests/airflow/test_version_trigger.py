@@ -149,9 +149,9 @@ def test_bad_arguments(kwargs, message):
 
 def test_backoff_after_transient_errors_is_bounded():
     trigger = DeltaVersionTrigger(table_uri="/t", poll_interval=2, max_backoff=30)
-    assert [trigger._next_wait(failures) for failures in range(6)] == [2, 4, 8, 16, 30, 30]
+    assert [trigger._backoff(failures) for failures in range(6)] == [2, 4, 8, 16, 30, 30]
     trigger.timeout_at = time.time() + 5
-    assert trigger._next_wait(4) <= 5  # never sleeps past the sensor's timeout
+    assert trigger._backoff(4) <= 5  # never sleeps past the sensor's timeout
 
 
 def test_catalog_managed_table_ends_with_an_error_event(shared_table):
