@@ -72,6 +72,19 @@ def register_unpaused(register_dag, dag) -> None:
     register_dag(dag)
 
 
+def register_watched(register_dag, asset_name: str, trigger: DeltaVersionTrigger) -> None:
+    """An unpaused DAG scheduled on asset ``asset_name``, which ``trigger`` watches."""
+    asset = Asset(name=asset_name, uri=f"file://{trigger.table_uri}", watchers=[AssetWatcher(
+        name=f"{asset_name}_watcher", trigger=trigger)])
+    with DAG(f"{asset_name}_consumer", schedule=[asset], start_date=datetime(2024, 1, 1)) as dag:
+        @task
+        def consume() -> None:
+            pass
+
+        consume()
+    register_unpaused(register_dag, dag)
+
+
 @pytest.fixture
 def triggerer(airflow_db, tmp_path):
     """A real `airflow triggerer` on the test metadata DB; stopped by its own pid."""
@@ -94,17 +107,8 @@ def triggerer(airflow_db, tmp_path):
 
 def test_a_new_commit_makes_exactly_one_asset_event(register_dag, growing_table, triggerer):
     table = growing_table(2)  # versions 0..1 exist; the watcher announces from version 2 on
-    orders = Asset(name="delta_orders", uri=f"file://{table.uri}", watchers=[AssetWatcher(
-        name="delta_orders_watcher",
-        trigger=DeltaVersionTrigger(table_uri=table.uri, initial=2, poll_interval=0.2),
-    )])
-    with DAG("delta_asset_consumer", schedule=[orders], start_date=datetime(2024, 1, 1)) as dag:
-        @task
-        def consume() -> None:
-            pass
-
-        consume()
-    register_unpaused(register_dag, dag)
+    register_watched(register_dag, "delta_orders", DeltaVersionTrigger(
+        table_uri=table.uri, initial=2, poll_interval=0.2))
 
     wait_for(lambda: watcher_trigger_started("delta_orders"), 120, "the triggerer to take the watcher")
     table.append()
@@ -126,18 +130,8 @@ def test_a_data_changes_only_watcher_sleeps_through_maintenance(register_dag, gr
     """OPTIMIZE, VACUUM and a property change make no asset event; the next append does, for
     the range from the watermark on."""
     table = growing_table(3)
-    compacted = Asset(name="delta_compacted", uri=f"file://{table.uri}", watchers=[AssetWatcher(
-        name="delta_compacted_watcher",
-        trigger=DeltaVersionTrigger(table_uri=table.uri, initial=3, poll_interval=0.2,
-                                    data_changes_only=True),
-    )])
-    with DAG("delta_compacted_consumer", schedule=[compacted], start_date=datetime(2024, 1, 1)) as dag:
-        @task
-        def consume() -> None:
-            pass
-
-        consume()
-    register_unpaused(register_dag, dag)
+    register_watched(register_dag, "delta_compacted", DeltaVersionTrigger(
+        table_uri=table.uri, initial=3, poll_interval=0.2, data_changes_only=True))
 
     wait_for(lambda: watcher_trigger_started("delta_compacted"), 120,
              "the triggerer to take the watcher")
