@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import os
 
-from airflow.sdk import DAG, Param
+from airflow.providers.common.compat.sdk import DAG, Param
 
 from airflow_provider_delta.operators import DeltaIncrementalOperator
 
 SOURCE = os.environ.get("DELTA_EXAMPLE_SOURCE", "s3://lake/bronze/orders")
 TARGET = os.environ.get("DELTA_EXAMPLE_TARGET", "s3://lake/silver/orders_backfill")
 
+# [START howto_operator_delta_backfill]
 with DAG(
     "delta_backfill_by_params",
     schedule=None,
@@ -36,3 +37,4 @@ with DAG(
         max_files=500,  # large ranges run as batches of <= 500 files, each committed on its own
         sql="select * from changes where amount > 0",
     )
+# [END howto_operator_delta_backfill]

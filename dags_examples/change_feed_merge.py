@@ -17,13 +17,14 @@ from __future__ import annotations
 import os
 from datetime import datetime, timedelta
 
-from airflow.sdk import DAG
+from airflow.providers.common.compat.sdk import DAG
 
 from airflow_provider_delta.operators.delta_load import DeltaIncrementalOperator
 
 SOURCE = os.environ.get("DELTA_EXAMPLE_SOURCE", "/tmp/delta-example/customers")
 TARGET = os.environ.get("DELTA_EXAMPLE_TARGET", "/tmp/delta-example/customers_copy")
 
+# [START howto_operator_delta_change_feed_merge]
 with DAG(
     dag_id="delta_change_feed_merge",
     schedule=timedelta(hours=1),
@@ -44,3 +45,4 @@ with DAG(
         max_files=200,  # batches of at most ~200 files, each its own MERGE commit
         conn_id="spark_default",
     )
+# [END howto_operator_delta_change_feed_merge]

@@ -20,8 +20,9 @@ environment) serve the driver's log reads and Delta commits.
 from __future__ import annotations
 
 import os
+from datetime import datetime
 
-from airflow.sdk import DAG
+from airflow.providers.common.compat.sdk import DAG
 
 from airflow_provider_delta.operators import DeltaIncrementalOperator
 from airflow_provider_delta.sensors import DeltaVersionSensor
@@ -30,6 +31,7 @@ SOURCE = os.environ.get("DELTA_EXAMPLE_SOURCE", "s3://lake/bronze/orders")
 TARGET = os.environ.get("DELTA_EXAMPLE_TARGET", "s3://lake/silver/orders")
 WORK_DIR = os.environ.get("DELTA_EXAMPLE_WORK_DIR", "s3://lake/_airflow_delta_jobs")
 
+# [START howto_operator_delta_clusters]
 CLUSTERS = {
     # spark://host:7077; Python drivers run in client mode on standalone clusters.
     "standalone": {"conn_id": "spark_standalone", "total_executor_cores": 4},
@@ -43,7 +45,8 @@ CLUSTERS = {
 }
 
 for cluster, submit_options in CLUSTERS.items():
-    with DAG(f"delta_incremental_{cluster}", schedule="@hourly", catchup=False) as dag:
+    with DAG(f"delta_incremental_{cluster}", schedule="@hourly", start_date=datetime(2024, 1, 1),
+             catchup=False) as dag:
         watermark = {"watermark_store": "variable", "watermark_key": f"orders_{cluster}"}
         new_versions = DeltaVersionSensor(
             task_id="new_versions", table_uri=SOURCE, delta_conn_id="delta_default",
@@ -56,3 +59,4 @@ for cluster, submit_options in CLUSTERS.items():
         )
         new_versions >> load
     globals()[dag.dag_id] = dag
+# [END howto_operator_delta_clusters]

@@ -71,7 +71,7 @@ CONNECT_CONF = {"spark.sql.shuffle.partitions": "2"}  # a session takes runtime 
 
 
 def build_dag(conf: dict[str, str]):
-    from airflow.sdk import DAG
+    from airflow.providers.common.compat.sdk import DAG
 
     from airflow_provider_delta.operators import DeltaIncrementalOperator
     from airflow_provider_delta.sensors import DeltaVersionSensor

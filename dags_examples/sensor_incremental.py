@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from datetime import datetime, timedelta
 
-from airflow.sdk import DAG
+from airflow.providers.common.compat.sdk import DAG
 
 from airflow_provider_delta.operators.delta_load import DeltaIncrementalOperator
 from airflow_provider_delta.sensors import DeltaVersionSensor
@@ -25,6 +25,7 @@ SOURCE = os.environ.get("DELTA_EXAMPLE_SOURCE", "/tmp/delta-example/orders")
 TARGET = os.environ.get("DELTA_EXAMPLE_TARGET", "/tmp/delta-example/orders_copy")
 WATERMARK = "orders_watermark"
 
+# [START howto_sensor_delta_version]
 with DAG(
     dag_id="delta_sensor_incremental",
     schedule=timedelta(minutes=10),
@@ -32,7 +33,7 @@ with DAG(
     catchup=False,
     max_active_runs=1,  # one load at a time: each run starts at the previous run's watermark
     tags=["delta", "example"],
-):
+) as dag:
     wait_for_versions = DeltaVersionSensor(
         task_id="wait_for_versions",
         table_uri=SOURCE,
@@ -54,3 +55,4 @@ with DAG(
         conn_id="spark_default",
     )
     wait_for_versions >> load_new_versions
+# [END howto_sensor_delta_version]

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import os
 
-from airflow.sdk import DAG, Param
+from airflow.providers.common.compat.sdk import DAG, Param
 
 from airflow_provider_delta.operators import DeltaTimeTravelOperator
 
 SOURCE = os.environ.get("DELTA_EXAMPLE_SOURCE", "s3://lake/bronze/orders")
 TARGET = os.environ.get("DELTA_EXAMPLE_EXPORT", "s3://lake/exports/orders")
 
+# [START howto_operator_delta_time_travel]
 with DAG(
     "delta_time_travel",
     schedule=None,
@@ -36,3 +37,4 @@ with DAG(
         target=f"{TARGET}/end_of_day",  # a Delta table; the snapshot is committed once
         delta_conn_id="delta_default",
     )
+# [END howto_operator_delta_time_travel]

@@ -14,6 +14,8 @@ Each DAG's task reads the range its watcher announced last (``inlet_events``): p
 idempotently, or load from your own watermark as ``asset_watcher_delta.py`` does.
 
 Set ``DELTA_WATCHED_TABLES`` (comma-separated paths or URIs) and ``DELTA_WATCH_POLL_SECONDS``.
+Needs Airflow >= 3.0 (``AssetWatcher``); on Airflow 2 this file defines no DAG: poll with
+``DeltaVersionSensor`` as ``sensor_incremental.py`` does.
 """
 
 from __future__ import annotations
@@ -21,9 +23,14 @@ from __future__ import annotations
 import os
 from datetime import datetime
 
-from airflow.sdk import DAG, Asset, AssetWatcher, task
+from airflow.providers.common.compat.sdk import DAG, task
 
 from airflow_provider_delta.triggers import DeltaVersionTrigger
+
+try:
+    from airflow.sdk import Asset, AssetWatcher  # Airflow >= 3.0
+except ImportError:  # Airflow 2
+    AssetWatcher = None
 
 TABLES = os.environ.get(
     "DELTA_WATCHED_TABLES", "/tmp/delta-example/orders,/tmp/delta-example/customers"
@@ -31,6 +38,7 @@ TABLES = os.environ.get(
 POLL_SECONDS = float(os.environ.get("DELTA_WATCH_POLL_SECONDS", "30"))
 
 
+# [START howto_trigger_delta_version_watch_tables]
 def watched_table_dag(table_uri: str) -> DAG:
     name = table_uri.rstrip("/").rsplit("/", 1)[-1]
     table = Asset(
@@ -52,7 +60,9 @@ def watched_table_dag(table_uri: str) -> DAG:
 
         announced_range()
     return dag
+# [END howto_trigger_delta_version_watch_tables]
 
 
-for watched in TABLES:
-    watched_table_dag(watched)
+if AssetWatcher is not None:
+    for watched in TABLES:
+        watched_table_dag(watched)

@@ -16,7 +16,6 @@ import json
 import os
 import pkgutil
 import re
-import shutil
 import subprocess
 import sys
 import threading
@@ -39,9 +38,6 @@ from airflow_provider_delta.errors import AirflowVersionError
 from tests.processes import stop, wait_for
 
 HERE = Path(__file__).resolve().parent
-SPARK_CONF = {"spark.ui.enabled": "false", "spark.log.level": "WARN",
-              "spark.sql.shuffle.partitions": "2", "spark.driver.memory": "1g",
-              "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
 
 
 # The "Delta tables" page's API: imported only by its plugin, and only on Airflow >= 3.1.
@@ -196,50 +192,15 @@ def stored_watermark(source: str) -> dict | None:
 
 
 @pytest.fixture
-def user_env(airflow_db) -> dict[str, str]:
-    """The environment of a user's process: this test's Airflow home and metadata DB, not in
-    Airflow's unit-test mode (whose configuration differs by version), without this checkout on
-    the path, and with this venv's spark-submit and a local Spark connection."""
-    from airflow.configuration import conf
-
-    env = {key: value for key, value in os.environ.items()
-           if key not in ("PYTHONPATH", "AIRFLOW__CORE__UNIT_TEST_MODE")}
-    env.update({
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}",
-        # Unit-test mode makes up a Fernet key per process; all must read the same Variables.
-        "AIRFLOW__CORE__FERNET_KEY": conf.get("core", "fernet_key"),
-        "AIRFLOW_CONN_SPARK_LOCAL": '{"conn_type": "spark", "host": "local[2]"}',
-        "DELTA_SPARK_CONF": json.dumps(SPARK_CONF),
-    })
-    return env
-
-
-@pytest.fixture
-def user_dag(user_env, tmp_path):
+def user_dag(user_env, run_dag_file):
     """``user_dag(dag_id, source, target, deferrable=False)``: run load_twice_dag.py once with
     ``python`` from the DAG folder, as a user would: a fresh process that imports the installed
     wheel. Returns the task states it printed."""
-    from airflow.configuration import conf
-
-    dags = Path(conf.get("core", "dags_folder"))
-    dags.mkdir(parents=True, exist_ok=True)
-    dag_file = dags / "load_twice_dag.py"
-    shutil.copy(HERE / "load_twice_dag.py", dag_file)
 
     def run(dag_id: str, source: str, target: str, deferrable: bool = False) -> dict:
         env = {**user_env, "DELTA_DAG_ID": dag_id, "DELTA_SOURCE": source,
                "DELTA_TARGET": target, "DELTA_DEFERRABLE": str(int(deferrable))}
-        if airflow_at_least("3.0.0") and not airflow_at_least("3.1.0"):
-            # Airflow 3.0's dag.test() does not parse the DAG folder, so the target is no active
-            # asset and a load with an outlet fails; its DAG processor's step first.
-            subprocess.run([str(Path(sys.executable).with_name("airflow")), "dags",
-                            "reserialize"], cwd=tmp_path, env=env, check=True,
-                           capture_output=True, timeout=600)
-        done = subprocess.run([sys.executable, str(dag_file)], cwd=tmp_path,
-                              capture_output=True, text=True, timeout=900, env=env)
-        states = json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else {}
-        assert set(states.values()) == {"success"}, done.stdout[-6000:] + done.stderr[-4000:]
-        return states
+        return run_dag_file(HERE / "load_twice_dag.py", env)
 
     return run
 
