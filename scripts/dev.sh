@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One entry point for a fresh machine: `bash scripts/dev.sh demo` or `bash scripts/dev.sh test`.
+# One entry point for a fresh machine: `bash scripts/dev.sh demo` or `bash scripts/dev.sh test`
+# (`bash scripts/dev.sh docs`: the documentation site).
 # Everything is installed into ./.venv from the package registry; Java 17 must be on PATH.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -84,6 +85,18 @@ airflow_pins() {
     esac
 }
 
+# The documentation site (docs/, Sphinx) into build/docs/html, warnings as errors. The API
+# pages import the package, so Airflow reads its configuration: a home of its own, in build/.
+docs() {
+    setup
+    .venv/bin/python -m uv pip install -q -p .venv/bin/python -e ".[docs]"
+    rm -rf build/docs
+    mkdir -p build/docs/airflow-home
+    AIRFLOW_HOME="$PWD/build/docs/airflow-home" AIRFLOW__LOGGING__LOGGING_LEVEL=WARNING \
+        .venv/bin/python -m sphinx -W --keep-going -q \
+        -b html -d build/docs/doctrees docs build/docs/html
+}
+
 # The wheel of this checkout, built into folder $1; prints its path.
 build_wheel() {
     local python=.venv/bin/python  # its uv; a venv of its own where there is none yet
@@ -130,11 +143,12 @@ case "${1:-}" in
         shift 2
         DELTA_FROM_WHEEL=1 .venv-airflow-"$version"/bin/python -m pytest "${@:-tests/versions}"
         ;;
+    docs) docs ;;
     wheel)
         build_wheel "${2:-build/wheel}"
         ;;
     *)
-        echo "usage: bash scripts/dev.sh {setup|setup-lowest|setup-delta-spark|setup-airflow <version>|demo [--connect]|test [pytest args]|test-lowest [pytest args]|test-delta-spark [pytest args]|test-airflow <version> [pytest args]|wheel [folder]}" >&2
+        echo "usage: bash scripts/dev.sh {setup|setup-lowest|setup-delta-spark|setup-airflow <version>|demo [--connect]|test [pytest args]|test-lowest [pytest args]|test-delta-spark [pytest args]|test-airflow <version> [pytest args]|docs|wheel [folder]}" >&2
         exit 2
         ;;
 esac

@@ -391,6 +391,7 @@ class DeltaIncrementalOperator(_DeltaSparkJobOperator):
         target; only for tasks that each write different rows (e.g. filtered subsets). By
         default such an overlap is refused with
         :class:`~airflow_provider_delta.errors.SinkWriterOverlapError`: it would duplicate rows.
+
     Every other keyword goes to :class:`SparkSubmitOperator` (``conf``, ``executor_memory``, ...).
     """
 
