@@ -301,6 +301,12 @@ class MissingSparkExtraError(DeltaProviderError, ImportError):
         )
 
 
+def _writers(committed: list[tuple[int, ...]]) -> str:
+    """Committed ranges with the appId and target version of each."""
+    return ", ".join(f"{first}..{last} by appId {app_id} (target version {version})"
+                     for first, last, app_id, version in committed)
+
+
 class SinkWriterOverlapError(SinkRangeOverlapError):
     """A requested source range overlaps what another task (another appId) committed to the
     same target from the same source table: loading it would duplicate rows."""
@@ -312,14 +318,34 @@ class SinkWriterOverlapError(SinkRangeOverlapError):
 
     def _message(self, target_uri: str, requested: str, committed: list[tuple[int, ...]],
                  after: int) -> str:
-        shown = ", ".join(f"{first}..{last} by appId {app_id} (target version {version})"
-                          for first, last, app_id, version in committed)
+        shown = _writers(committed)
         return (f"{target_uri}: source versions {requested} of {self.source_uri} overlap what "
                 f"another task committed there ({shown}); nothing was written, as loading them "
                 f"again would duplicate rows. Load a range outside them (e.g. "
                 f"start_version={after}, or move this task's watermark past them), write to a "
                 "new target, or set allow_overlapping_writers=True on every task writing this "
                 "target if each writes different rows (e.g. filtered subsets).")
+
+
+class SinkRecordsExpiredError(SinkRangeOverlapError):
+    """A requested source range was loaded to the target, but the records proving it expired
+    under the target's ``delta.setTransactionRetentionDuration`` (Delta forgets them at its next
+    checkpoint): loading it again would duplicate rows."""
+
+    def __init__(self, target_uri: str, start: int, end: int | None,
+                 committed: list[tuple[int, int, str, int]], retention: str | None):
+        self.retention = retention
+        super().__init__(target_uri, start, end, committed)
+
+    def _message(self, target_uri: str, requested: str, committed: list[tuple[int, ...]],
+                 after: int) -> str:
+        shown = _writers(committed)
+        return (f"{target_uri}: source versions {requested} were loaded there already ({shown}), "
+                "but the records of those loads expired under the target's "
+                f"delta.setTransactionRetentionDuration={self.retention!r}; nothing was written, "
+                f"as loading them again would duplicate rows. Load a range after them "
+                f"(start_version={after}), or raise the retention above the longest pause "
+                "between this task's loads.")
 
 
 class SinkCommitConflictError(DeltaProviderError):

@@ -50,7 +50,7 @@ def test_targets_the_sink_commits_itself_and_those_it_leaves_to_deltalake():
         assert unwritable_feature({"minWriterVersion": writer_version}, PLAIN, None) is None
     assert unwritable_feature(_features("appendOnly", "deletionVectors", "domainMetadata",
                                         "changeDataFeed", "timestampNtz"), PLAIN, None) is None
-    for feature in ("rowTracking", "inCommitTimestamp", "clustering", "icebergCompatV2",
+    for feature in ("clustering", "icebergCompatV2",
                     "v2Checkpoint", "allowColumnDefaults", "a-feature-of-tomorrow"):
         assert unwritable_feature(_features("appendOnly", feature), PLAIN, None) == feature
 
@@ -181,9 +181,15 @@ def test_a_batch_that_loses_every_race_is_refused_and_commits_nothing(spark, tmp
     before = DeltaTable(target).version()
     monkeypatch.setattr(delta_append, "COMMIT_ATTEMPTS", 3)
 
-    with pytest.raises(SinkCommitConflictError, match="3 commits of source versions 1..1"):
-        _AnotherWriterBeforeEachCommit(spec).write(spark.createDataFrame([(2,)], "id long"), 1, 1)
+    sink = _AnotherWriterBeforeEachCommit(spec)
+    with pytest.raises(SinkCommitConflictError, match="3 commits of source versions 1..1 lost "
+                       "to concurrent writers; nothing of this batch was committed. The task's "
+                       "retry loads it again"):
+        sink.write(spark.createDataFrame([(2,)], "id long"), 1, 1)
 
+    assert sink.lost_races == 3
+    staged = (tmp_path / "target" / "airflow_staging").glob(f"{1:020d}-*/*.parquet")
+    assert list(staged) == []  # the batch's files are dropped (batch 0's stay: committed)
     assert DeltaTable(target).version() == before + 3  # the other writer's appends only
     assert delta_rows(target) == Counter({(1,): 1, (-1,): 3})
     assert TargetLog.open(spec).committed_version() == 0

@@ -10,10 +10,12 @@ loser re-reads the newer commits and checks again, as Delta's conflict rules for
 append ask: its own appId's txn, and a changed protocol or metadata. Concurrent removes
 cannot conflict with an append.
 
-Only targets whose protocol asks nothing more of an append than writing its files are
-committed this way (:func:`unwritable_feature`); deltalake commits the others, as before.
-Checkpoints stay where deltalake puts them (version ``v`` with ``(v + 1) % interval == 0``),
-made by deltalake after the commit that reaches them.
+Targets whose protocol asks of an append no more than its files, in-commit timestamps and row
+ids are committed this way (:func:`unwritable_feature`); deltalake commits the others, unless
+it cannot write one of their features either (:func:`deltalake_unwritable_feature`): then the
+sink refuses the target before anything is written. Checkpoints stay where deltalake puts them
+(version ``v`` with ``(v + 1) % interval == 0``), made by deltalake after the commit that
+reaches them.
 """
 
 from __future__ import annotations
@@ -45,8 +47,20 @@ CHECKPOINT_INTERVAL = 100  # Delta's default delta.checkpointInterval
 _APPEND_READY_FEATURES = frozenset({
     "appendOnly", "invariants", "checkConstraints", "changeDataFeed", "generatedColumns",
     "columnMapping", "identityColumns", "timestampNtz", "deletionVectors", "domainMetadata",
-    "vacuumProtocolCheck", "typeWidening", "typeWidening-preview",
+    "vacuumProtocolCheck", "typeWidening", "typeWidening-preview", "inCommitTimestamp",
+    "rowTracking",
 })
+# Writer features deltalake 1.6.6 commits an append on (found by trying each): it refuses
+# the others (e.g. inCommitTimestamp, rowTracking, domainMetadata, identityColumns,
+# typeWidening, vacuumProtocolCheck, clustering, icebergCompatV1/V2, allowColumnDefaults).
+DELTALAKE_WRITER_FEATURES = frozenset({
+    "appendOnly", "invariants", "checkConstraints", "changeDataFeed", "generatedColumns",
+    "columnMapping", "deletionVectors", "timestampNtz", "v2Checkpoint", "variantType",
+    "variantType-preview",
+})
+ICT_FEATURE, ICT_ENABLED = "inCommitTimestamp", "delta.enableInCommitTimestamps"
+ROW_TRACKING_FEATURE, ROW_TRACKING_DOMAIN = "rowTracking", "delta.rowTracking"
+ROW_TRACKING_SUSPENDED = "delta.rowTrackingSuspended"
 # The features legacy writer versions imply (Delta's "Writer Version Requirements").
 _LEGACY_WRITER_FEATURES = {
     2: ("appendOnly", "invariants"), 3: ("checkConstraints",),
@@ -73,6 +87,24 @@ def writer_features(protocol: Mapping[str, Any]) -> set[str]:
     if version >= 7:
         return set(protocol.get("writerFeatures") or ())
     return {f for v, names in _LEGACY_WRITER_FEATURES.items() if v <= version for f in names}
+
+
+def deltalake_unwritable_feature(protocol: Mapping[str, Any]) -> str | None:
+    """The first writer feature of ``protocol`` deltalake cannot commit an append on."""
+    return next(iter(sorted(writer_features(protocol) - DELTALAKE_WRITER_FEATURES)), None)
+
+
+def writes_in_commit_timestamps(protocol: Mapping[str, Any],
+                                configuration: Mapping[str, str]) -> bool:
+    """In-commit timestamps are enabled: the feature, and the property set to true."""
+    return (ICT_FEATURE in writer_features(protocol)
+            and configuration.get(ICT_ENABLED, "false").lower() == "true")
+
+
+def assigns_row_ids(protocol: Mapping[str, Any], configuration: Mapping[str, str]) -> bool:
+    """Row tracking is supported and not suspended: every add needs row ids."""
+    return (ROW_TRACKING_FEATURE in writer_features(protocol)
+            and configuration.get(ROW_TRACKING_SUSPENDED, "false").lower() != "true")
 
 
 def unwritable_feature(protocol: Mapping[str, Any], metadata: Mapping[str, Any],
@@ -122,18 +154,59 @@ def add_action(add: AddAction) -> dict[str, Any]:
                     "stats": add.stats}}
 
 
+def txn_action(txn: Transaction) -> dict[str, Any]:
+    action = {"appId": txn.app_id, "version": txn.version}
+    if txn.last_updated is not None:
+        action["lastUpdated"] = txn.last_updated
+    return {"txn": action}
+
+
 def blind_append_actions(adds: list[AddAction], txns: Iterable[Transaction],
                          commit_info: Mapping[str, Any], partition_by: list[str],
-                         read_version: int, rows: int) -> list[dict[str, Any]]:
-    """The actions of one append commit: commitInfo, the adds, the txn records."""
-    info = {"timestamp": int(time.time() * 1000), "operation": "WRITE",
+                         read_version: int, rows: int, *, timestamp: int | None = None,
+                         in_commit_timestamp: bool = False,
+                         row_ids: RowIds | None = None) -> list[dict[str, Any]]:
+    """The actions of one append commit: commitInfo (first: in-commit timestamps ask it; with
+    ``inCommitTimestamp`` = ``timestamp`` then), the adds (with ``row_ids``' fresh row ids and
+    commit version), the txn records, the new row id high-water mark."""
+    timestamp = int(time.time() * 1000) if timestamp is None else timestamp
+    info = {"timestamp": timestamp, "operation": "WRITE",
             "operationParameters": {"mode": "Append", "partitionBy": json.dumps(partition_by)},
             "readVersion": read_version, "isBlindAppend": True,
             "operationMetrics": {"numFiles": len(adds), "numOutputRows": rows,
                                  "numOutputBytes": sum(a.size for a in adds)},
             "engineInfo": ENGINE, "clientVersion": ENGINE, **commit_info}
-    return [{"commitInfo": info}, *map(add_action, adds),
-            *({"txn": {"appId": t.app_id, "version": t.version}} for t in txns)]
+    if in_commit_timestamp:
+        info["inCommitTimestamp"] = timestamp
+    added = [add_action(a) for a in adds]
+    tail = []
+    if row_ids is not None:
+        tail = row_ids.assign(added)
+    return [{"commitInfo": info}, *added, *map(txn_action, txns), *tail]
+
+
+class RowIds:
+    """Fresh row ids and the row commit version of one commit's adds (Delta's row tracking):
+    each file's ``baseRowId`` follows the high-water mark of the snapshot the commit builds on,
+    by the previous files' record counts."""
+
+    def __init__(self, high_water_mark: int, version: int):
+        self.high_water_mark = high_water_mark
+        self.version = version
+
+    def assign(self, added: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Set the ids on ``added`` (add actions); the domainMetadata action of the new mark
+        (none if no row got an id)."""
+        mark = self.high_water_mark
+        for action in added:
+            add = action["add"]
+            add["baseRowId"] = mark + 1
+            add["defaultRowCommitVersion"] = self.version
+            mark += json.loads(add["stats"])["numRecords"]
+        if mark == self.high_water_mark:
+            return []
+        return [{"domainMetadata": {"domain": ROW_TRACKING_DOMAIN, "removed": False,
+                                    "configuration": json.dumps({"rowIdHighWaterMark": mark})}}]
 
 
 def put_commit(location: TableLocation, version: int, actions: list[dict[str, Any]]) -> bool:
@@ -177,7 +250,8 @@ def _create_local(folder: str, name: str, body: bytes) -> bool:
 def checkpoint_when_due(location: TableLocation, version: int,
                         configuration: Mapping[str, str]) -> None:
     """deltalake's checkpoint at ``version`` when the interval asks for one there, and its
-    log cleanup with it (as its own commits do); a failure leaves the commit in place."""
+    log cleanup with it (as its own commits do); a failure leaves the commit in place.
+    (deltalake's checkpoint keeps row ids, domain metadata and txns' ``lastUpdated``.)"""
     interval = int(configuration.get("delta.checkpointInterval", CHECKPOINT_INTERVAL))
     if (version + 1) % interval:
         return

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
+import time
 from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
@@ -28,7 +29,8 @@ from airflow_provider_delta.errors import (
 )
 from airflow_provider_delta.job.sinks.base import SinkWrite
 from airflow_provider_delta.job.sinks.blind_append import (
-    HardLinksRefused, blind_append_actions, checkpoint_when_due, put_commit, unwritable_feature,
+    ROW_TRACKING_DOMAIN, HardLinksRefused, RowIds, assigns_row_ids, blind_append_actions,
+    checkpoint_when_due, put_commit, unwritable_feature, writes_in_commit_timestamps,
 )
 from airflow_provider_delta.job.sinks.delta_target import DeltaTargetSink
 from airflow_provider_delta.job.sinks.delta_schema import (
@@ -38,7 +40,7 @@ from airflow_provider_delta.job.sinks.target_log import (
     COMMIT_ATTEMPTS, TargetLog,
 )
 from airflow_provider_delta.job.sinks.targets import (
-    STAGING_FOLDER,
+    STAGING_FOLDER, refuse_unwritable_target,
 )
 from airflow_provider_delta.job.sinks.written_files import (
     PARQUET_TIMESTAMPS, written_parquet_files,
@@ -60,6 +62,13 @@ class DeltaAppendSink(DeltaTargetSink):
 
     _committer: tuple[int | None, str | None] | None = None  # (target version, reason)
     _links_refused: OSError | None = None
+    lost_races = 0  # commit attempts of this job that another writer's commit beat
+
+    def refuse_unwritable(self, target: TargetLog) -> None:
+        """A target neither the own commit nor deltalake can append to."""
+        view = target.view()
+        if view is not None:
+            refuse_unwritable_target(self.uri, view.protocol, self._deltalake_commits(target))
 
     def first_unwritten(self, start: int, end: int | None) -> int:
         return self._target.latest().first_unwritten(start, end)
@@ -100,6 +109,7 @@ class DeltaAppendSink(DeltaTargetSink):
             # Delta's optimistic concurrency: check the snapshot the commit builds on; a commit
             # made since then wins the version, and the next attempt checks again.
             target = self._target.latest()
+            self._refuse_unwritable_now(target, staging)
             if self._deltalake_commits(target):
                 target.current()  # deltalake's handle, and the records at its version
             if target.holds_batch(start_version, end_version):
@@ -113,8 +123,25 @@ class DeltaAppendSink(DeltaTargetSink):
             version = target.next_version
             if self._commit(target, adds, schema, partition_by, start_version, end_version,
                             rows):
+                if self.lost_races:
+                    log.info("%s: committed after %d lost race(s) in this job", self.uri,
+                             self.lost_races)
                 return SinkWrite(rows=rows, sink_version=version)
+            self.lost_races += 1
+        log.warning("%s: %d commit attempts of source versions %s..%s lost to other writers; "
+                    "the staged files are dropped", self.uri, COMMIT_ATTEMPTS, start_version,
+                    end_version)
+        self._drop_staged(staging)
         raise SinkCommitConflictError(self.uri, start_version, end_version, COMMIT_ATTEMPTS)
+
+    def _refuse_unwritable_now(self, target: TargetLog, staging: str) -> None:
+        """The check before Spark, again on the snapshot the commit builds on (a writer may
+        have added a feature meanwhile): the staged files go if nothing can commit them."""
+        try:
+            self.refuse_unwritable(target)
+        except Exception:
+            self._drop_staged(staging)
+            raise
 
     def _partition_by(self) -> list[str]:
         view = self._target.view()
@@ -218,17 +245,27 @@ class DeltaAppendSink(DeltaTargetSink):
             raise SinkSchemaMismatchError(
                 self.uri, f"the target no longer has column(s) {[f.name for f in added]}")
         version = target.next_version
+        configuration = view.raw_metadata.get("configuration") or {}
+        in_commit_timestamp = writes_in_commit_timestamps(view.protocol, configuration)
+        timestamp = int(time.time() * 1000)
+        if in_commit_timestamp:  # increasing, whatever the clocks of other writers say
+            previous = target.newest_in_commit_timestamp()
+            timestamp = timestamp if previous is None else max(timestamp, previous + 1)
+        row_ids = None
+        if assigns_row_ids(view.protocol, configuration):
+            mark = (target.records.domain(ROW_TRACKING_DOMAIN) or {}).get("rowIdHighWaterMark")
+            row_ids = RowIds(-1 if mark is None else int(mark), version)
         actions = blind_append_actions(
-            adds, target.commit_records(start_version, end_version),
+            adds, target.commit_records(start_version, end_version, timestamp),
             target.commit_metadata(start_version, end_version), partition_by, target.version,
-            rows)
+            rows, timestamp=timestamp, in_commit_timestamp=in_commit_timestamp, row_ids=row_ids)
         if not put_commit(target.location, version, actions):
             log.warning("%s: concurrent commit, checking the log again: another writer "
                         "committed version %s first", self.uri, version)
             return False
         log.info("committed %d file(s) to %s as version %s with txn %s=%s", len(adds),
                  self.uri, version, self.spec.app_id, end_version)
-        checkpoint_when_due(target.location, version, view.raw_metadata.get("configuration") or {})
+        checkpoint_when_due(target.location, version, configuration)
         return True
 
 

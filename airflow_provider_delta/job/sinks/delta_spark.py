@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from airflow_provider_delta.errors import SinkSchemaMismatchError
 from airflow_provider_delta.job.sinks.base import SinkWrite
 from airflow_provider_delta.job.sinks.delta_append import DeltaAppendSink
+from airflow_provider_delta.job.sinks.target_log import TargetLog
 from airflow_provider_delta.storage import spark_uri
 
 if TYPE_CHECKING:
@@ -39,6 +40,9 @@ class DeltaSparkSink(DeltaAppendSink):
     """Append with ``format("delta")``, exactly once per ``(app_id, source version)``: the
     ``delta`` sink's target, records and rules, Delta's writer instead of staged files and a
     ``deltalake`` commit."""
+
+    def refuse_unwritable(self, target: TargetLog) -> None:
+        """Delta's own writer writes every feature Delta has."""
 
     def check(self, df: DataFrame) -> None:
         missing = [c for c in self.spec.partition_by if c not in df.columns]

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from airflow_provider_delta.job.sinks.base import Sink
 from airflow_provider_delta.job.sinks.target_log import TargetLog, require_app_id
-from airflow_provider_delta.job.sinks.targets import refuse_delta_target, refuse_source_table_id
+from airflow_provider_delta.job.sinks.targets import (
+    refuse_delta_target, refuse_source_table_id, refuse_unwritable_target,
+)
 from airflow_provider_delta.job.spec import SinkSpec
 from airflow_provider_delta.storage import to_uri
 
@@ -30,9 +32,17 @@ class DeltaTargetSink(Sink):
         return self._target.latest().held_through(first)
 
     def check_target(self, source_uri: str) -> None:
-        """Not the source's location, not a file, not a folder of files of another kind."""
+        """Not the source's location, not a file, not a folder of files of another kind, no
+        table feature that nothing here can write (read from the log: before any Spark)."""
         refuse_delta_target(source_uri, self.uri, self.spec.storage_options,
                             lambda: self._target.latest().version)  # no deltalake handle
+        self.refuse_unwritable(self._target.latest())
+
+    def refuse_unwritable(self, target: TargetLog) -> None:
+        """A target with a feature its commits cannot write (here: deltalake's merge)."""
+        view = target.view()
+        if view is not None:
+            refuse_unwritable_target(self.uri, view.protocol, None, merge=True)
 
     def check_not_source(self, source_uri: str, source_table_id: str) -> None:
         refuse_source_table_id(self.uri, self._target.latest().table_id, source_uri,

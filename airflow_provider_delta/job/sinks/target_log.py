@@ -10,6 +10,13 @@ rules need stays in the target's snapshot whatever its history and log cleanup:
   ``REMEMBERED_STARTS`` commits (a ring);
 * ``airflow_provider_delta/layout`` = 2: the target holds these records.
 
+Every record carries ``lastUpdated`` (the commit's time), and each commit writes all of its
+appId's records again, so that they outlive a ``delta.setTransactionRetentionDuration`` as long
+as the job commits within it. Records older than that retention are forgotten, as Delta's
+snapshot forgets them (it drops them at its next checkpoint); while the log still shows them,
+a write of a source range they cover is refused (:class:`SinkRecordsExpiredError`) rather than
+written a second time. Once Delta's checkpoint has dropped them, nothing tells.
+
 The commitInfo keys (source range, appId, source) are still written, for people reading the
 history. Targets of older versions hold only those: they are read once, from the history, and
 the first commit carries them forward as records. Reading the records, with the protocol and
@@ -23,6 +30,7 @@ sinks use it as a helper and hold no rule of their own about what a target recor
 from __future__ import annotations
 
 import json
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -31,13 +39,14 @@ from deltalake.exceptions import TableNotFoundError as DeltaTableNotFound
 from deltalake.transaction import CommitProperties, PostCommitHookProperties, Transaction
 
 from airflow_provider_delta.core.delta_log import TableLocation
-from airflow_provider_delta.core.replay import replay
+from airflow_provider_delta.core.replay import read_commits, replay
 from airflow_provider_delta.core.transactions import (
-    SnapshotRecords, apply_commits, snapshot_records,
+    SnapshotRecords, apply_commits, live_txns, snapshot_records,
 )
 from airflow_provider_delta.core.versions import newest_version, probe_local_commits
 from airflow_provider_delta.errors import (
-    DeltaProviderError, SinkRangeOverlapError, SinkWriterOverlapError, TableNotFoundError,
+    DeltaProviderError, SinkRangeOverlapError, SinkRecordsExpiredError, SinkWriterOverlapError,
+    TableNotFoundError,
 )
 from airflow_provider_delta.job.spec import SinkSpec
 from airflow_provider_delta.storage import deltalake_uri, to_uri
@@ -103,14 +112,14 @@ class Run:
         ends = [s - 1 for s in known[1:]] + [self.last]
         return list(zip(known, ends)), forgotten
 
-    def records(self) -> list[Transaction]:
-        """The txn actions that hold this run in the snapshot."""
+    def records(self, updated: int) -> list[Transaction]:
+        """The txn actions that hold this run in the snapshot, last updated at ``updated``."""
         name = [self.app_id, self.source, self.first]
-        slots = [Transaction(_record_id("start", *name, slot), start)
+        slots = [Transaction(_record_id("start", *name, slot), start, updated)
                  for slot, start in self.starts.items()]
-        return [Transaction(_record_id("run", *name), self.last),
-                Transaction(_record_id("at", *name), self.target_version),
-                Transaction(_record_id("commits", *name), self.commits), *slots]
+        return [Transaction(_record_id("run", *name), self.last, updated),
+                Transaction(_record_id("at", *name), self.target_version, updated),
+                Transaction(_record_id("commits", *name), self.commits, updated), *slots]
 
 
 def _record_id(kind: str, *fields: object) -> str:
@@ -327,13 +336,24 @@ class TargetLog:
 
     @property
     def _carries_records(self) -> bool:
+        """Whether the target holds records (expired ones too: the layout says how to read
+        the target, not what it remembers)."""
         return self._records.txns.get(LAYOUT_APP_ID, 0) >= LAYOUT
+
+    def _txns(self) -> tuple[dict[str, int], dict[str, int]]:
+        """The txns Delta's snapshot holds now, and the expired ones the log still shows."""
+        return live_txns(self._records, int(time.time() * 1000))
+
+    @property
+    def records(self) -> SnapshotRecords:
+        """The snapshot's txns, protocol, metadata, domain metadata and newest commitInfo."""
+        return self._records
 
     def _runs(self) -> dict[tuple[str, str | None, int], Run]:
         if self.version is None:
             return {}
         if self._carries_records:
-            return runs_from_records(self._records.txns)
+            return runs_from_records(self._txns()[0])
         if self._history is None:  # a target of older versions: its history, read once
             self._history = _history_commits(self.table)
         return runs_from_commits(self._history)
@@ -346,21 +366,27 @@ class TargetLog:
         """
         return CommitProperties(
             max_commit_retries=0,
-            app_transactions=self.commit_records(start_version, end_version),
+            app_transactions=self.commit_records(start_version, end_version,
+                                                 int(time.time() * 1000)),
             custom_metadata=self.commit_metadata(start_version, end_version),
         )
 
-    def commit_records(self, start_version: int, end_version: int) -> list[Transaction]:
-        """The txn actions of a batch's commit on this snapshot: the txn (appId, last source
-        version), the run it extends (all runs, on a target of older versions), the layout."""
+    def commit_records(self, start_version: int, end_version: int,
+                       updated: int) -> list[Transaction]:
+        """The txn actions of a batch's commit on this snapshot, each last updated at
+        ``updated`` (the commit's time): the txn (appId, last source version), the run it
+        extends, this appId's other runs (renewed, so that a retention keeps them), on a
+        target of older versions every run, and the layout."""
         target_version = self.next_version
         runs = self._runs()
-        carried = [] if self._carries_records else list(runs.values())
+        carried = [r for r in runs.values()
+                   if not self._carries_records or r.app_id == self.spec.app_id]
         run = _add_commit(runs, self.spec.app_id, self.spec.source, start_version, end_version,
                           target_version)
-        records = [r for carry in carried if carry.key != run.key for r in carry.records()]
-        return [Transaction(self.spec.app_id, end_version), *run.records(), *records,
-                Transaction(LAYOUT_APP_ID, LAYOUT)]
+        records = [r for carry in carried if carry.key != run.key
+                   for r in carry.records(updated)]
+        return [Transaction(self.spec.app_id, end_version, updated), *run.records(updated),
+                *records, Transaction(LAYOUT_APP_ID, LAYOUT, updated)]
 
     def commit_metadata(self, start_version: int, end_version: int) -> dict[str, str]:
         """The commitInfo keys of a batch's commit: its source range, the appId, the source
@@ -397,9 +423,10 @@ class TargetLog:
         this provider used for the same DAG, task and target."""
         if self.version is None:
             return None
-        version = self._records.txns.get(self.spec.app_id)
+        txns = self._txns()[0]
+        version = txns.get(self.spec.app_id)
         if version is None and self.spec.legacy_app_id:
-            return self._records.txns.get(self.spec.legacy_app_id)
+            return txns.get(self.spec.legacy_app_id)
         return version
 
     def _own(self) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
@@ -441,8 +468,38 @@ class TargetLog:
             txn = self.committed_version()
             resume = start if txn is None else max(start, txn + 1)
         if end is None or resume <= end:
+            self._refuse_expired_records(resume, end)
             self._refuse_other_writers(resume, end)
         return resume
+
+    def _refuse_expired_records(self, start: int, end: int | None) -> None:
+        """Records of this app, or of another of the same source, that the target's
+        transaction retention let expire but its log still shows: the range they cover was
+        loaded, though Delta's snapshot no longer proves it."""
+        expired = self._txns()[1]
+        if not expired or not self._carries_records:
+            return
+        last = end if end is not None else float("inf")
+        covered = sorted((r.first, r.last, r.app_id, r.target_version)
+                         for r in runs_from_records(expired).values()
+                         if (r.app_id == self.spec.app_id or (
+                             self.spec.source and r.source == self.spec.source))
+                         and r.last >= start and r.first <= last)
+        if covered:
+            retention = self._records.configuration().get(
+                "delta.setTransactionRetentionDuration")
+            raise SinkRecordsExpiredError(self.uri, start, end, covered, retention)
+
+    def newest_in_commit_timestamp(self) -> int | None:
+        """The ``inCommitTimestamp`` of the commit at the version read (None: it has none),
+        read from its commit file when only a checkpoint was read at that version."""
+        newest = self._records.newest_commit
+        if newest is None or newest[0] != self.version:
+            for _, actions in read_commits(self._location, range(self.version, self.version + 1)):
+                info = next((a["commitInfo"] for a in actions or () if "commitInfo" in a), {})
+                newest = self.version, info
+        value = newest[1].get("inCommitTimestamp")
+        return None if value is None else int(value)
 
     def holds_batch(self, start: int, end: int) -> bool:
         """Whether the target holds ``start..end`` already (another run committed it since this

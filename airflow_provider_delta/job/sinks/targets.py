@@ -11,6 +11,7 @@ import obstore
 from obstore.exceptions import NotFoundError
 
 from airflow_provider_delta.errors import SinkTargetError
+from airflow_provider_delta.job.sinks.blind_append import deltalake_unwritable_feature
 from airflow_provider_delta.storage import (
     list_files, local_path, normalised_location, open_store, split_uri, to_uri,
 )
@@ -18,6 +19,7 @@ from airflow_provider_delta.storage import (
 # Where the delta sink stages a batch's files inside its target before committing them.
 STAGING_FOLDER = "airflow_staging"
 SOURCE_AS_TARGET_FIX = "Give a target path other than the source table's."
+DELTA_SPARK_FIX = ('Set sink="delta-spark" (Delta\'s own writer; Delta\'s jars on the cluster)')
 # deltalake 1.6 decodes such an escape in a local table's path once more on reading its log.
 _ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}")
 
@@ -40,6 +42,27 @@ def refuse_delta_target(source_uri: str, target_uri: str, storage_options: dict[
     refuse_file_target(target_uri, storage_options)
     if table_version() is None:
         refuse_non_delta_folder(target_uri, storage_options)
+
+
+def refuse_unwritable_target(target_uri: str, protocol: dict, own_commit_blocker: str | None,
+                             merge: bool = False) -> None:
+    """A target that deltalake cannot commit to, where the delta sink's own commit cannot
+    either (``own_commit_blocker``: why not; the merge sink has only deltalake's commit)."""
+    feature = deltalake_unwritable_feature(protocol)
+    if feature is None or (own_commit_blocker is None and not merge):
+        return
+    own = "" if merge else (f", and the delta sink's own commit cannot write this target "
+                            f"({own_commit_blocker})")
+    if merge:
+        fix = ("Merge into a target without that feature, or drop it from this one "
+               "(ALTER TABLE ... DROP FEATURE, with Delta's engine).")
+    elif own_commit_blocker == feature:
+        fix = f"{DELTA_SPARK_FIX}."
+    else:
+        fix = f"{DELTA_SPARK_FIX}; or, for the own commit, remove {own_commit_blocker}."
+    raise SinkTargetError(
+        target_uri, f"its protocol has table feature {feature!r}, which deltalake (which commits "
+        f"{'merges' if merge else 'appends to such targets'}) cannot write{own}", fix)
 
 
 def refuse_escape_in_local_path(target_uri: str) -> None:
