@@ -51,6 +51,8 @@ _INSTALLED = Version(Version(AIRFLOW_VERSION).base_version)
 ASSET_WATCHER = ("DeltaVersionTrigger as an AssetWatcher event trigger", "3.0.0")
 # 3.3.2: Task SDK 1.3.2's async aget/aset of the asset state store, which the watcher awaits.
 ASSET_STATE = ("watermark_store='asset_state' (the asset state store)", "3.3.2")
+# Partition keys added at run time to an outlet's asset event (OutletEventAccessor.add_partitions).
+ASSET_PARTITIONS = ("asset_partition= (asset events with a partition key)", "3.3.0")
 
 
 def airflow_at_least(version: str) -> bool:

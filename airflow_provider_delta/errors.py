@@ -378,6 +378,21 @@ class SinkHardLinksError(DeltaProviderError):
         )
 
 
+class IntervalNotOverError(DeltaProviderError):
+    """A time range whose versions are not all committed yet: it ends in the future, and no
+    commit at or after its end exists."""
+
+    def __init__(self, table_uri: str, start: str, end: str, newest_version: int,
+                 newest_time: str, now: str):
+        super().__init__(
+            f"{table_uri}: the interval [{start}, {end}) is not over (now is {now}) and the "
+            f"newest commit, version {newest_version}, is at {newest_time}: commits may still "
+            "come in it. Load it after its end (a data-interval schedule runs it then), or "
+            "retry the task later.",
+            table_uri=table_uri,
+        )
+
+
 class AirflowVersionError(DeltaProviderError):
     """A feature of a newer Airflow than the installed one (raised at DAG parse where possible)."""
 

@@ -53,6 +53,17 @@ def newest_commit_time(table: Table, *, storage_options: dict[str, str] | None =
     return clock.newest, clock.millis(clock.newest)
 
 
+def settles_in(clock: CommitClock, end_ms: int, now_ms: int, grace_ms: int) -> int:
+    """Milliseconds until no commit can still arrive before ``end_ms``; 0 once one at or after
+    it exists (versions and times increase together) or the end lies ``grace_ms`` in the past.
+
+    The grace covers a commit timed just before the end whose file shows up after it (an
+    in-commit timestamp is taken before the commit is written)."""
+    if clock.millis(clock.newest) >= end_ms:
+        return 0
+    return max(0, end_ms + grace_ms - now_ms)
+
+
 def version_at(table_uri: str, timestamp: dt.datetime | str, *,
                storage_options: dict[str, str] | None = None) -> int:
     """The newest version committed at or before ``timestamp`` (Delta's time-travel rule).

@@ -22,12 +22,15 @@ cluster's Python, or set ``ship_package=True`` to send a zip of the package with
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_delta.compat import asset, get_current_context
+from airflow_provider_delta.compat import (
+    ASSET_PARTITIONS, asset, get_current_context, require_airflow,
+)
 from airflow_provider_delta.errors import MissingSparkExtraError
 
 # First: without the spark or connect extra, the imports below would fail on pyspark.
@@ -37,9 +40,13 @@ except ModuleNotFoundError as missing:
     raise MissingSparkExtraError("DeltaIncrementalOperator and DeltaTimeTravelOperator") from missing
 
 from airflow_provider_delta import core, freshness
+from airflow_provider_delta.core.commit_times import (
+    CommitClock, epoch_ms, ms_to_datetime, settles_in,
+)
+from airflow_provider_delta.core.delta_log import TableLocation
 from airflow_provider_delta.core.model import LoadStart
 from airflow_provider_delta.core.probe import VersionProbe
-from airflow_provider_delta.errors import InvalidParameterError
+from airflow_provider_delta.errors import IntervalNotOverError, InvalidParameterError
 from airflow_provider_delta.hooks.delta import DeltaHook, mask_credentials
 from airflow_provider_delta.job import driver
 from airflow_provider_delta.job.connect import ConnectJob
@@ -74,6 +81,9 @@ from airflow_provider_delta.watermarks import (
 
 if TYPE_CHECKING:
     from airflow_provider_delta.compat import Asset, Context
+
+# The format of Airflow's time partition keys (its temporal partition mappers read it).
+PARTITION_KEY_FORMAT = "%Y-%m-%dT%H:%M:%S"
 
 
 class _DeltaSparkJobOperator(SparkSubmitOperator):
@@ -296,11 +306,19 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
         self._job_result = result
         freshness.record_load(self, context, result)
         if self.target:
-            context["outlet_events"][asset(to_uri(self.target))].extra = {
+            event = context["outlet_events"][asset(to_uri(self.target))]
+            event.extra = {
                 "source_table": self.table_uri, "source_start_version": result.start_version,
                 "source_end_version": result.end_version, "sink_version": result.sink_version,
             }
+            key = self.asset_partition_key(result)
+            if key is not None:
+                event.add_partitions(key)
         return result.to_dict()
+
+    def asset_partition_key(self, result: JobResult) -> str | None:
+        """The partition key of the target's asset event (None: no partition)."""
+        return None
 
     @property
     def spark_ui_url(self) -> str | None:
@@ -368,6 +386,28 @@ class DeltaIncrementalOperator(_DeltaSparkJobOperator):
         skipped, its added files too.
     :param max_files: at most this many files per batch (at least one commit each).
     :param max_bytes: at most this many bytes per batch (at least one commit each).
+    :param start_timestamp: with ``end_timestamp``: load the versions committed in
+        ``[start_timestamp, end_timestamp)`` by Delta's commit times (in-commit timestamps
+        where the table has them, else commit file times made increasing; see
+        :mod:`~airflow_provider_delta.core.commit_times`). Templated; an aware datetime or
+        an ISO-8601 string with an offset (naive ones are refused). Not with
+        ``start_version``/``end_version``, ``sensor_task_id``, ``move_watermark=True`` or a
+        watermark store: the watermark is neither read nor moved. Consecutive intervals split
+        the versions exactly; a re-run finds its versions in the sink and adds nothing; an
+        interval without a commit loads nothing. An interval that is not over (its end in
+        the future, no commit at or after it) is refused with
+        :class:`~airflow_provider_delta.errors.IntervalNotOverError`.
+    :param end_timestamp: the interval's end (excluded); see ``start_timestamp``.
+    :param range_from: ``"data_interval"``: the run's data interval is the time range
+        (``start_timestamp="{{ data_interval_start }}"``, ``end_timestamp="{{ data_interval_end
+        }}"``), so catch-up runs and backfills each load their own interval.
+    :param interval_grace: how long after an interval's end a commit timed before it may
+        still show up (its in-commit timestamp is taken before its file is written); a task
+        started within it, with no commit at or after the end yet, waits until it passed.
+        Default one minute.
+    :param asset_partition: Airflow >= 3.3: emit the target's asset event with a partition
+        key: ``"interval"`` (the interval's start, UTC, ``%Y-%m-%dT%H:%M:%S`` as Airflow's
+        temporal partition mappers read it) or ``"versions"`` (``v<first>-v<last>``).
     :param change_feed: load the row changes of the range (inserts, deletes, update images,
         with ``_change_type``, ``_commit_version``, ``_commit_timestamp``; see
         :func:`~airflow_provider_delta.spark.read_change_feed`) instead of the added files;
@@ -397,6 +437,7 @@ class DeltaIncrementalOperator(_DeltaSparkJobOperator):
 
     template_fields: Sequence[str] = (
         *_DeltaSparkJobOperator.template_fields, "start_version", "end_version", "watermark_key",
+        "start_timestamp", "end_timestamp",
     )
     ui_color = "#00add4"
 
@@ -419,6 +460,11 @@ class DeltaIncrementalOperator(_DeltaSparkJobOperator):
         max_files: int | None = None,
         max_bytes: int | None = None,
         change_feed: bool = False,
+        start_timestamp: datetime | str | None = None,
+        end_timestamp: datetime | str | None = None,
+        range_from: str | None = None,
+        interval_grace: timedelta = timedelta(minutes=1),
+        asset_partition: str | None = None,
         **kwargs: Any,
     ):
         if start_version is None and end_version is None:
@@ -450,6 +496,33 @@ class DeltaIncrementalOperator(_DeltaSparkJobOperator):
         if not (parameters.is_templated(start_version) or parameters.is_templated(end_version)):
             self.explicit_range()
         self.change_feed = change_feed
+        self._init_time_range(start_timestamp, end_timestamp, range_from, interval_grace,
+                              asset_partition)
+
+    def _init_time_range(self, start: datetime | str | None, end: datetime | str | None,
+                         range_from: str | None, grace: timedelta,
+                         asset_partition: str | None) -> None:
+        """The time-range parameters, checked where they are not templated."""
+        where = {"task_id": self.task_id, "table_uri": self.table_uri}
+        self.start_timestamp, self.end_timestamp = parameters.range_source(
+            range_from, start, end, **where)
+        self.range_from = range_from
+        self.interval_grace = grace
+        has_time_range = self.start_timestamp is not None or self.end_timestamp is not None
+        if has_time_range:
+            parameters.alone_with_time_range({
+                "start_version": self.start_version, "end_version": self.end_version,
+                "sensor_task_id": self.sensor_task_id, "move_watermark": self.move_watermark,
+                "watermark_store": None if self.watermark_store == "xcom" else
+                self.watermark_store}, **where)
+        if not (parameters.is_templated(self.start_timestamp)
+                or parameters.is_templated(self.end_timestamp)):
+            self.time_interval()
+        self.asset_partition = parameters.asset_partition(
+            asset_partition, target=self.target, has_time_range=has_time_range, **where)
+        if asset_partition is not None:
+            require_airflow(ASSET_PARTITIONS, "leave asset_partition unset",
+                            table_uri=self.table_uri)
 
     @cached_property
     def store(self) -> WatermarkStore:
@@ -469,6 +542,9 @@ class DeltaIncrementalOperator(_DeltaSparkJobOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         self.check_rendered()
+        interval = self.time_interval()
+        if interval is not None:
+            return self._load_interval(context, *interval)
         found = self.resolve_range(context)
         if found is None:
             self.log.info("%s: no new versions to load", self.table_uri)
@@ -501,9 +577,64 @@ class DeltaIncrementalOperator(_DeltaSparkJobOperator):
             return load_range.sensor_range(found, self._sink_held_through(0))
         return self._watermark_range(context)
 
+    def time_interval(self) -> tuple[datetime, datetime] | None:
+        """``start_timestamp``/``end_timestamp`` as aware datetimes, checked (None: not given)."""
+        return parameters.time_range(self.start_timestamp, self.end_timestamp,
+                                     task_id=self.task_id, table_uri=self.table_uri,
+                                     range_from=self.range_from)
+
+    def _load_interval(self, context: Context, start: datetime, end: datetime
+                       ) -> dict[str, Any]:
+        """Load the versions committed in [start, end): a re-run finds them in the sink and
+        adds nothing; an interval without a commit loads nothing."""
+        found = self._interval_versions(start, end)
+        if found is None:
+            return self.finish(context, JobResult(self.table_uri, "changes", None, None))
+        result = self.run_request(context, LoadStart("changes", found[0]), found[1])
+        return self.finish(context, result)
+
+    def _interval_versions(self, start: datetime, end: datetime) -> tuple[int, int] | None:
+        """The versions committed in [start, end), once no commit can still come in it:
+        waits out the grace after an end just passed; refuses an end still to come."""
+        location = TableLocation(self.table_uri, self.source_storage_options)
+        clock = CommitClock(location)
+        end_ms, grace_ms = epoch_ms(end), self.interval_grace // timedelta(milliseconds=1)
+        now = datetime.now(timezone.utc)
+        wait_ms = settles_in(clock, end_ms, epoch_ms(now), grace_ms)
+        if wait_ms > grace_ms:
+            raise IntervalNotOverError(
+                self.table_uri, start.isoformat(), end.isoformat(), clock.newest,
+                ms_to_datetime(clock.millis(clock.newest)).isoformat(), now.isoformat())
+        if wait_ms:
+            self.log.info("%s: waiting %.1f s (interval_grace) for commits timed before %s "
+                          "that may not be visible yet", self.table_uri, wait_ms / 1000, end)
+            time.sleep(wait_ms / 1000)
+            clock = CommitClock(location)
+        found = clock.versions_between(epoch_ms(start), end_ms)
+        newest = f"version {clock.newest} at {ms_to_datetime(clock.millis(clock.newest))}"
+        if found is None:
+            self.log.info("%s: no commit in [%s, %s) (the newest is %s): nothing to load",
+                          self.table_uri, start, end, newest)
+        else:
+            self.log.info("%s: [%s, %s) holds versions %d..%d (the newest is %s)",
+                          self.table_uri, start, end, found[0], found[1], newest)
+        return found
+
+    def asset_partition_key(self, result: JobResult) -> str | None:
+        """The partition key of the target's asset event: the interval's start, or the
+        versions loaded (None: no partition, or no version)."""
+        if self.asset_partition == "interval":
+            return self.time_interval()[0].astimezone(timezone.utc).strftime(PARTITION_KEY_FORMAT)
+        if self.asset_partition == "versions" and result.start_version is not None:
+            return f"v{result.start_version}-v{result.end_version}"
+        return None
+
     @property
     def moves_watermark(self) -> bool:
-        """An explicit range moves the watermark only when asked, the others unless told not."""
+        """An explicit range moves the watermark only when asked, the others unless told not;
+        a time range never."""
+        if self.time_interval() is not None:
+            return False
         if self.explicit_range()[0] is not None:
             return bool(self.move_watermark)
         return self.move_watermark is not False

@@ -165,13 +165,8 @@ def ordered_range(start: int | None, end: int | None, *, task_id: str, table_uri
 def past_timestamp(value: dt.datetime | str, *, task_id: str, table_uri: str) -> dt.datetime:
     """A time-travel ``timestamp``: a datetime or ISO-8601 string (naive means UTC), not later
     than now."""
-    moment = value
-    if isinstance(value, str):
-        try:
-            moment = dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
-        except ValueError:
-            moment = None
-    if not isinstance(moment, dt.datetime):
+    moment = _datetime_of(value)
+    if moment is None:
         raise InvalidParameterError(
             task_id, "timestamp", value, "is not a date and time",
             "give a datetime or an ISO-8601 string such as '2025-01-31T12:00:00Z'", table_uri)
@@ -183,6 +178,16 @@ def past_timestamp(value: dt.datetime | str, *, task_id: str, table_uri: str) ->
             task_id, "timestamp", value, f"is in the future (now is {now:%Y-%m-%dT%H:%M:%SZ})",
             "give a past time, or version= for a version number", table_uri)
     return moment
+
+
+def _datetime_of(value: object) -> dt.datetime | None:
+    """A datetime, or the one an ISO-8601 string holds ("Z" for UTC too); None: neither."""
+    if isinstance(value, str):
+        try:
+            return dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        except ValueError:
+            return None
+    return value if isinstance(value, dt.datetime) else None
 
 
 def transform_reference(value: str | None, *, task_id: str, table_uri: str) -> None:
@@ -240,3 +245,104 @@ def check_connection(conn_id: str, parameter: str, conn_type: str, *, task_id: s
             f"create it (e.g. AIRFLOW_CONN_{conn_id.upper()}='{{\"conn_type\": "
             f"\"{conn_type}\", {example[conn_type]}}}'), or name an existing one",
             table_uri) from error
+
+
+# range_from= values, and the start_timestamp/end_timestamp templates each stands for.
+RANGE_SOURCES = {"data_interval": ("{{ data_interval_start }}", "{{ data_interval_end }}")}
+ASSET_PARTITIONS = ("interval", "versions")
+
+
+def range_source(value: str | None, start: object, end: object, *, task_id: str,
+                 table_uri: str) -> tuple[object, object]:
+    """``start_timestamp``/``end_timestamp`` as given, or the templates ``range_from`` names."""
+    if value is None:
+        return start, end
+    if value not in RANGE_SOURCES:
+        raise InvalidParameterError(
+            task_id, "range_from", value, "is not a range source",
+            f"use range_from={next(iter(RANGE_SOURCES))!r}, or give start_timestamp and "
+            "end_timestamp", table_uri)
+    if start is not None or end is not None:
+        raise InvalidParameterError(
+            task_id, "range_from", value, "is given with start_timestamp/end_timestamp",
+            "give range_from, or the timestamps, not both", table_uri)
+    return RANGE_SOURCES[value]
+
+
+def alone_with_time_range(others: Mapping[str, object], *, task_id: str,
+                          table_uri: str) -> None:
+    """A time range chooses the versions itself: ``others`` (the other ways to choose them,
+    name -> value; None or False: unset) must be unset."""
+    for name, value in others.items():
+        if value is not None and value is not False:
+            raise InvalidParameterError(
+                task_id, name, value, "is given with a time range (start_timestamp/"
+                "end_timestamp or range_from)",
+                f"choose the versions one way: drop {name}, or the time range", table_uri)
+
+
+def time_range(start: object, end: object, *, task_id: str, table_uri: str,
+               range_from: str | None = None) -> tuple[dt.datetime, dt.datetime] | None:
+    """``start_timestamp``/``end_timestamp`` as aware datetimes, start before end (None: no
+    time range)."""
+    unset = [value is None or (isinstance(value, str) and value.strip() in ("", "None"))
+             for value in (start, end)]
+    if all(unset) and range_from is None:
+        return None
+    if any(unset) and range_from is None:
+        given, missing = ("end_timestamp", "start_timestamp") if unset[0] else (
+            "start_timestamp", "end_timestamp")
+        raise InvalidParameterError(task_id, given, end if unset[0] else start,
+                                    f"needs {missing} too",
+                                    "give both: the interval is [start, end)", table_uri)
+    where = {"task_id": task_id, "table_uri": table_uri}
+    low = _interval_bound(start, "start_timestamp", range_from, **where)
+    high = _interval_bound(end, "end_timestamp", range_from, **where)
+    if low >= high:
+        fix = ("give the DAG a timetable with data intervals (a timedelta schedule, "
+               "CronDataIntervalTimetable, DeltaDataIntervalTimetable); a manual run or "
+               "CronTriggerTimetable gives runs an empty one" if range_from
+               else "give start_timestamp < end_timestamp")
+        raise InvalidParameterError(task_id, "start_timestamp", start,
+                                    f"is not before end_timestamp ({end!s})", fix, table_uri)
+    return low, high
+
+
+def _interval_bound(value: object, parameter: str, range_from: str | None, *, task_id: str,
+                    table_uri: str) -> dt.datetime:
+    """One bound: an aware datetime, or an ISO-8601 string with an offset."""
+    moment = _datetime_of(value)
+    if moment is None:
+        fix = ("run it in a DAG run with a data interval (a scheduled run, a catch-up or a "
+               "backfill)" if range_from else
+               "give an aware datetime or an ISO-8601 string such as '2026-01-31T00:00:00Z'")
+        raise InvalidParameterError(task_id, parameter, value, "is not a date and time", fix,
+                                    table_uri)
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise InvalidParameterError(
+            task_id, parameter, value, "has no time zone (naive)",
+            "give an aware datetime or an ISO-8601 string with an offset, e.g. "
+            "'2026-01-31T00:00:00Z'", table_uri)
+    return moment
+
+
+def asset_partition(value: str | None, *, target: str | None, has_time_range: bool,
+                    task_id: str, table_uri: str) -> str | None:
+    """``asset_partition``: None, ``"interval"`` (time ranges only) or ``"versions"``, for a
+    target that is the task's outlet."""
+    if value is None:
+        return None
+    if value not in ASSET_PARTITIONS:
+        raise InvalidParameterError(task_id, "asset_partition", value,
+                                    "is not a partition key kind",
+                                    f"use one of {ASSET_PARTITIONS}, or None", table_uri)
+    if value == "interval" and not has_time_range:
+        raise InvalidParameterError(
+            task_id, "asset_partition", value, "needs a time range",
+            "give start_timestamp/end_timestamp or range_from, or use 'versions'", table_uri)
+    if not target or is_templated(target):
+        raise InvalidParameterError(
+            task_id, "asset_partition", value, f"needs a target asset (target={target!r})",
+            "give a target that is not templated (the task's outlet), or drop asset_partition",
+            table_uri)
+    return value

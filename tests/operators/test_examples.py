@@ -15,6 +15,7 @@ from airflow_provider_delta.operators import DeltaIncrementalOperator, DeltaTime
         ("dags_examples.backfill_by_params", ["delta_backfill_by_params"]),
         ("dags_examples.time_travel", ["delta_time_travel"]),
         ("dags_examples.change_feed_merge", ["delta_change_feed_merge"]),
+        ("dags_examples.load_by_time", ["delta_load_by_day"]),
         ("dags_examples.cluster_load",
          ["delta_incremental_standalone", "delta_incremental_yarn", "delta_incremental_k8s"]),
     ],

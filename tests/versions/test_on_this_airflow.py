@@ -99,6 +99,26 @@ def test_asset_state_watermarks_need_airflow_3_3_at_dag_parse(operator, tmp_path
         parse()
 
 
+def test_asset_partitions_need_airflow_3_3_at_dag_parse(tmp_path):
+    from airflow.providers.common.compat.sdk import DAG
+
+    from airflow_provider_delta.operators import DeltaIncrementalOperator
+
+    def parse() -> None:
+        with DAG("asset_partition_dag", schedule=None, start_date=datetime(2024, 1, 1)):
+            DeltaIncrementalOperator(task_id="load", table_uri=str(tmp_path),
+                                     target=str(tmp_path / "t"), range_from="data_interval",
+                                     asset_partition="interval")
+
+    if airflow_at_least("3.3.0"):
+        parse()
+        return
+    with pytest.raises(AirflowVersionError, match=rf"asset_partition= \(asset events with a "
+                       rf"partition key\) needs Airflow >= 3\.3\.0, but this is Airflow "
+                       rf"{AIRFLOW_VERSION}\. Upgrade Airflow, or leave asset_partition unset"):
+        parse()
+
+
 def test_connection_type_form_and_test_button(tmp_path, airflow_db):
     from airflow.models.connection import Connection
     from airflow.providers_manager import ProvidersManager
