@@ -1,6 +1,6 @@
-"""Every file in dags_examples/ imports on this Airflow with the DAGs it documents, and the
-examples that need no cluster or triggerer run with ``dag.test()`` on local tables, from the
-DAG folder in a fresh process, as their docs pages show them."""
+"""Every file in dags_examples/ and the README's DAG import on this Airflow with the DAGs they
+document, and the examples that need no cluster or triggerer run with ``dag.test()`` on local
+tables, from the DAG folder in a fresh process, as their docs pages show them."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ from deltalake import DeltaTable, QueryBuilder, write_deltalake
 from airflow_provider_delta.compat import airflow_at_least
 from tests.versions.conftest import SPARK_CONF
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "dags_examples"
+REPOSITORY = Path(__file__).resolve().parents[2]
+EXAMPLES = REPOSITORY / "dags_examples"
 HERE = Path(__file__).resolve().parent
 WATCHERS = airflow_at_least("3.0.0")  # AssetWatcher; on Airflow 2 those files define no DAG
 
@@ -30,6 +31,7 @@ DAG_IDS = {
     "cluster_load.py": ["delta_incremental_k8s", "delta_incremental_standalone",
                         "delta_incremental_yarn"],
     "demo.py": [],  # builds its DAG when run (bash scripts/dev.sh demo)
+    "load_by_time.py": ["delta_load_by_day"],
     "local_connect_server.py": [],
     "sensor_incremental.py": ["delta_sensor_incremental"],
     "time_travel.py": ["delta_time_travel"],
@@ -54,6 +56,17 @@ def test_example_imports(name, airflow_db):
     bag = dag_bag(EXAMPLES / name)
     assert bag.import_errors == {}
     assert sorted(bag.dag_ids) == DAG_IDS[name]
+
+
+def test_readme_dag_imports(airflow_db, tmp_path):
+    """The README's first Python block is a whole DAG file."""
+    readme = (REPOSITORY / "README.md").read_text()
+    code = readme.split("```python\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "readme_dag.py").write_text(code)
+    bag = dag_bag(tmp_path / "readme_dag.py")
+    assert bag.import_errors == {}
+    assert {dag_id: sorted(dag.task_ids) for dag_id, dag in bag.dags.items()} == {
+        "orders_incremental": ["load", "wait"]}
 
 
 def rows(table: str | DeltaTable) -> Counter:
