@@ -60,6 +60,9 @@ def get_provider_info() -> dict:
             {
                 "integration-name": "Delta Lake",
                 "external-doc-url": "https://delta.io/",
+                # The how-to pages of the docs site (docs/), as the official providers list theirs.
+                "how-to-guide": [f"/docs/airflow-provider-delta/{page}.rst"
+                                 for page in ("operators", "sensors", "triggers")],
                 "tags": ["software"],
             }
         ],

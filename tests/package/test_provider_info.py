@@ -74,3 +74,14 @@ def test_provider_names_itself_and_its_version():
     integrations = {entry["integration-name"] for entry in info["integrations"]}
     kinds = ("sensors", "operators", "triggers", "hooks")
     assert {entry["integration-name"] for kind in kinds for entry in info[kind]} <= integrations
+
+
+def test_how_to_guides_are_pages_of_the_docs():
+    from pathlib import Path
+
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    guides = [guide for entry in get_provider_info()["integrations"]
+              for guide in entry.get("how-to-guide", [])]
+    assert guides
+    for guide in guides:
+        assert (docs / guide.removeprefix("/docs/airflow-provider-delta/")).is_file(), guide
