@@ -65,6 +65,10 @@ _OBJECT_URI = "^[A-Za-z][A-Za-z0-9+.-]*://[^/]+/."
 # where skipped keys would cost requests the budget above does not see: they list from the top.
 _START_AFTER_SCHEMES = ("s3://", "s3a://", "s3n://")
 _LOCAL_URI_PREFIX = r"^file:(//(localhost)?)?/"
+# The schemes obstore's stores read (Spark's s3a/s3n as s3); anything else fails on first use.
+STORE_SCHEMES = ("s3", "s3a", "s3n", "gs", "az", "azure", "abfs", "abfss", "adl", "http",
+                 "https", "file")
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]+):")  # two letters at least: C: is a drive
 
 StorageOptions = dict[str, str] | None
 
@@ -96,6 +100,27 @@ def local_path(path_or_uri: str) -> str | None:
     else:
         path = path_or_uri
     return os.path.abspath(path or "/")
+
+
+def location_problem(path_or_uri: object) -> str | None:
+    """Why ``path_or_uri`` cannot name a table, told without a request (None: it can)."""
+    if not isinstance(path_or_uri, str):
+        return f"is a {type(path_or_uri).__name__}, not a path or URI"
+    if not path_or_uri.strip():
+        return "is empty"
+    if path_or_uri != path_or_uri.strip():
+        return "has spaces around it"
+    scheme = _SCHEME.match(path_or_uri)
+    if scheme is None or scheme.group(1).lower() == "file":
+        return None
+    name, rest = scheme.group(1).lower(), path_or_uri[scheme.end():]
+    if name not in STORE_SCHEMES:
+        return f"has the scheme {name}:, which no store of this provider reads"
+    if not rest.startswith("//"):
+        return f"lacks the // after {name}:"
+    if not rest[2:].partition("/")[0]:
+        return f"names no bucket, container or host after {name}://"
+    return None
 
 
 def _path_on_this_host(file_uri: str) -> str:

@@ -359,11 +359,11 @@ def make_watermark_store(
     )
 
 
-def validate_store_kind(kind: str, task_id: str) -> str:
+def validate_store_kind(kind: str, task_id: str | None, table_uri: str | None = None) -> str:
     """Check a ``watermark_store`` name when the DAG is parsed."""
     if kind not in STORE_KINDS:
         raise InvalidParameterError(task_id, "watermark_store", kind, "is unknown",
-                                    f"choose one of {', '.join(STORE_KINDS)}")
+                                    f"choose one of {', '.join(STORE_KINDS)}", table_uri)
     if kind == "asset_state":
         from airflow_provider_delta.compat import ASSET_STATE, require_airflow
 
@@ -371,18 +371,17 @@ def validate_store_kind(kind: str, task_id: str) -> str:
     return kind
 
 
-def validate_initial(initial: Initial, table_uri: str) -> Initial:
+def validate_initial(initial: Initial, table_uri: str, task_id: str | None = None) -> Initial:
     """Check an ``initial`` setting early, so a typo fails at DAG parse time, not at run time."""
     if initial in INITIAL_NAMES:
         return initial
     if isinstance(initial, int) and not isinstance(initial, bool) and initial >= 0:
         return initial
-    raise WatermarkError(
-        f"{table_uri}: initial={initial!r} is not valid; use 'snapshot' (load the current "
-        "snapshot, then its changes), 'latest' (start after the current version), 'earliest' "
-        "(start at version 0) or a version number >= 0.",
-        table_uri=table_uri,
-    )
+    raise InvalidParameterError(
+        task_id, "initial", initial, "is not a start without a watermark",
+        "use 'snapshot' (load the current snapshot, then its changes), 'latest' (start after "
+        "the current version), 'earliest' (start at version 0) or a version number >= 0",
+        table_uri)
 
 
 def resolve_load_start(

@@ -11,7 +11,7 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypedDict
 
 from airflow_provider_delta.core.model import LoadStart
 
@@ -125,6 +125,41 @@ class JobSpec:
         return cls(**{**raw, "sink": SinkSpec(**raw["sink"])})
 
 
+class BatchRecord(TypedDict):
+    """One batch in :class:`LoadResult`: the source versions it read and what it wrote."""
+
+    start_version: int
+    end_version: int
+    files: int
+    bytes: int
+    rows: int | None
+    sink_version: int | None
+
+
+class LoadResult(TypedDict):
+    """What a load task returns, its XCom ``return_value`` (a stable shape: keys may be
+    added, none removed or renamed).
+
+    ``table_uri``: the source. ``mode``: ``"changes"`` or ``"snapshot"``.
+    ``start_version``/``end_version``: the source versions covered (both None: nothing new).
+    ``batches``: each batch (:class:`BatchRecord`). ``files``/``bytes``: the data files read.
+    ``rows``: rows written (None when the transform wrote by itself). ``sink_version``: the
+    target's newest Delta version written (None: no Delta sink, or nothing written).
+    ``spark_ui_url``: the Spark driver's web UI, where it had one.
+    """
+
+    table_uri: str
+    mode: str
+    start_version: int | None
+    end_version: int | None
+    batches: list[BatchRecord]
+    spark_ui_url: str | None
+    files: int
+    bytes: int
+    rows: int | None
+    sink_version: int | None
+
+
 @dataclass(frozen=True)
 class BatchResult:
     """What one batch read and wrote."""
@@ -158,11 +193,11 @@ class JobResult:
         versions = [b.sink_version for b in self.batches if b.sink_version is not None]
         return max(versions) if versions else None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> LoadResult:
         """The JSON form, with totals, as the operator pushes it to XCom."""
         return {
             **asdict(self),
-            "batches": [asdict(b) for b in self.batches],
+            "batches": [BatchRecord(**asdict(b)) for b in self.batches],
             "files": sum(b.files for b in self.batches),
             "bytes": sum(b.bytes for b in self.batches),
             "rows": self.rows,

@@ -52,7 +52,7 @@ from airflow_provider_delta.job import driver
 from airflow_provider_delta.job.connect import ConnectJob
 from airflow_provider_delta.job.plan import plan_load
 from airflow_provider_delta.job.sinks import make_sink
-from airflow_provider_delta.job.spec import JobResult, JobSpec, SinkSpec
+from airflow_provider_delta.job.spec import JobResult, JobSpec, LoadResult, SinkSpec
 from airflow_provider_delta.credential_keys import with_redaction
 from airflow_provider_delta.job.submit import (
     JobFolder,
@@ -69,6 +69,7 @@ from airflow_provider_delta.operators.transport import (
     refuse_spark_submit_options,
     resolve_submit_target,
 )
+from airflow_provider_delta.operators.upstream_sensor import check_upstream_sensor
 from airflow_provider_delta.storage import to_uri
 from airflow_provider_delta.watermarks import (
     Initial,
@@ -124,10 +125,14 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
         allow_overlapping_writers: bool = False,
         **kwargs: Any,
     ):
-        partition_by, sink_options = parameters.load_settings(
+        partition_by, sink_options, merge_keys = parameters.load_settings(
             transform=transform, sql=sql, sink=sink, target=target, partition_by=partition_by,
             sink_options=sink_options, merge_keys=merge_keys, task_id=kwargs.get("task_id"),
             table_uri=table_uri)
+        storage_options = _check_job_settings(
+            task_id=kwargs.get("task_id"), table_uri=table_uri, delta_conn_id=delta_conn_id,
+            storage_options=storage_options, ship_package=ship_package, work_dir=work_dir,
+            deploy_mode=deploy_mode, allow_overlapping_writers=allow_overlapping_writers)
         # A templated target is known only at run time, too late to declare it an outlet.
         if target and "outlets" not in kwargs and not parameters.is_templated(target):
             kwargs["outlets"] = [asset(to_uri(target))]
@@ -143,7 +148,7 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
         self.sink = sink
         self.partition_by = partition_by
         self.sink_options = sink_options
-        self.merge_keys = tuple(merge_keys)
+        self.merge_keys = merge_keys
         self.transform = transform
         self.sql = sql
         self.delta_conn_id = delta_conn_id
@@ -168,7 +173,9 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
     def check_rendered(self) -> None:
         """Check the templated parameters again on their rendered values, at task start."""
         where = {"task_id": self.task_id, "table_uri": self.table_uri}
+        parameters.table_location(self.table_uri, "table_uri", task_id=self.task_id)
         parameters.sink_kind(self.sink, self.target, **where)
+        parameters.sink_target(self.sink, self.target, **where)
         rendered = {name: getattr(self, name) for name in parameters.RENDERED_SETTINGS}
         for name, value in parameters.rendered_settings(rendered, **where).items():
             setattr(self, name, value)
@@ -301,7 +308,7 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
         finally:
             self._remove_job_files()
 
-    def finish(self, context: Context, result: JobResult) -> dict[str, Any]:
+    def finish(self, context: Context, result: JobResult) -> LoadResult:
         """Emit the asset event and return what goes to XCom."""
         self._job_result = result
         freshness.record_load(self, context, result)
@@ -472,7 +479,13 @@ class DeltaIncrementalOperator(_DeltaSparkJobOperator):
             # have no compare-and-set): the scheduler runs them one after the other.
             kwargs.setdefault("max_active_tis_per_dag", 1)
         super().__init__(table_uri=table_uri, **kwargs)
-        validate_store_kind(watermark_store, self.task_id)
+        _check_incremental_settings(
+            task_id=self.task_id, table_uri=table_uri, sensor_task_id=sensor_task_id,
+            watermark_store=watermark_store, watermark_key=watermark_key,
+            watermark_asset=watermark_asset, reset_if_ahead=reset_if_ahead,
+            move_watermark=move_watermark, ignore_deletes=ignore_deletes,
+            ignore_changes=ignore_changes, skip_change_commits=skip_change_commits,
+            change_feed=change_feed)
         if self.sink == "delta-merge" and not change_feed:
             raise InvalidParameterError(
                 self.task_id, "change_feed", change_feed, "is off, but sink='delta-merge' "
@@ -483,7 +496,7 @@ class DeltaIncrementalOperator(_DeltaSparkJobOperator):
         self.watermark_store = watermark_store
         self.watermark_key = watermark_key
         self.watermark_asset = watermark_asset
-        self.initial = validate_initial(initial, table_uri)
+        self.initial = validate_initial(initial, table_uri, self.task_id)
         self.reset_if_ahead = reset_if_ahead
         self.move_watermark = move_watermark
         self.ignore_deletes = ignore_deletes
@@ -532,6 +545,11 @@ class DeltaIncrementalOperator(_DeltaSparkJobOperator):
             task_id=self.task_id, asset=self.watermark_asset,
         )
 
+    def check_rendered(self) -> None:
+        super().check_rendered()
+        parameters.identifier(self.watermark_key, "watermark_key", what="a non-empty key",
+                              task_id=self.task_id, table_uri=self.table_uri)
+
     def read_options(self) -> dict[str, Any]:
         return {
             "ignore_deletes": self.ignore_deletes, "ignore_changes": self.ignore_changes,
@@ -540,8 +558,9 @@ class DeltaIncrementalOperator(_DeltaSparkJobOperator):
             "change_feed": self.change_feed,
         }
 
-    def execute(self, context: Context) -> dict[str, Any]:
+    def execute(self, context: Context) -> LoadResult:
         self.check_rendered()
+        check_upstream_sensor(self, context)
         interval = self.time_interval()
         if interval is not None:
             return self._load_interval(context, *interval)
@@ -706,7 +725,7 @@ class DeltaTimeTravelOperator(_DeltaSparkJobOperator):
         if not (parameters.is_templated(version) or parameters.is_templated(timestamp)):
             self.requested_point()
 
-    def execute(self, context: Context) -> dict[str, Any]:
+    def execute(self, context: Context) -> LoadResult:
         self.check_rendered()
         version = self.resolve_version()
         result = self.run_request(context, LoadStart("snapshot", version), version)
@@ -725,12 +744,56 @@ class DeltaTimeTravelOperator(_DeltaSparkJobOperator):
         where = {"task_id": self.task_id, "table_uri": self.table_uri}
         version = parameters.version_number(self.version, "version", **where)
         given = self.timestamp not in (None, "", "None")
-        if (version is None) == (not given):
+        if version is not None and given:
             raise InvalidParameterError(
                 self.task_id, "version", self.version,
-                f"and timestamp={self.timestamp!r} are both given or both unset",
-                f"give exactly one of version and timestamp for {self.table_uri}")
+                f"is given with timestamp={self.timestamp!r}",
+                "give exactly one of version and timestamp: drop one", self.table_uri)
+        if version is None and not given:
+            raise InvalidParameterError(
+                self.task_id, "version", self.version, "is not given, nor is timestamp",
+                "give exactly one of version and timestamp: which snapshot to load",
+                self.table_uri)
         return version, parameters.past_timestamp(self.timestamp, **where) if given else None
+
+
+def _check_job_settings(*, task_id: str | None, table_uri: str, delta_conn_id: object,
+                        storage_options: object, ship_package: object, work_dir: object,
+                        deploy_mode: object, allow_overlapping_writers: object
+                        ) -> dict[str, str] | None:
+    """Parse-time checks of the settings both operators share beyond the sink; returns
+    ``storage_options`` as checked."""
+    where = {"task_id": task_id, "table_uri": table_uri}
+    parameters.identifier(delta_conn_id, "delta_conn_id", what="a connection id, or None",
+                          **where)
+    parameters.flag(ship_package, "ship_package", **where)
+    parameters.flag(allow_overlapping_writers, "allow_overlapping_writers", **where)
+    if work_dir is not None:
+        parameters.table_location(work_dir, "work_dir", **where)
+    if deploy_mode not in (None, "client", "cluster"):
+        raise InvalidParameterError(task_id, "deploy_mode", deploy_mode, "is not a deploy mode",
+                                    "give 'client', 'cluster' or None (the connection's)",
+                                    table_uri)
+    return parameters.storage_map(storage_options, **where)
+
+
+def _check_incremental_settings(*, task_id: str, table_uri: str, sensor_task_id: object,
+                                watermark_store: str, watermark_key: object,
+                                watermark_asset: object, change_feed: object,
+                                move_watermark: object, **switches: object) -> None:
+    """Parse-time checks of :class:`DeltaIncrementalOperator`'s own settings."""
+    where = {"task_id": task_id, "table_uri": table_uri}
+    validate_store_kind(watermark_store, task_id, table_uri)
+    parameters.identifier(sensor_task_id, "sensor_task_id",
+                          what="the task id of the DeltaVersionSensor upstream, or None", **where)
+    parameters.identifier(watermark_key, "watermark_key", what="a non-empty key", **where)
+    if watermark_key is None:
+        raise InvalidParameterError(task_id, "watermark_key", None, "is not set",
+                                    "give a non-empty key", table_uri)
+    parameters.watermark_asset_store(watermark_asset, watermark_store, **where)
+    for switch, value in {**switches, "change_feed": change_feed}.items():
+        parameters.flag(value, switch, **where)
+    parameters.flag(move_watermark, "move_watermark", unset=True, **where)
 
 
 def _map_index() -> int:

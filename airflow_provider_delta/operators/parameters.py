@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 
 from airflow_provider_delta.errors import InvalidParameterError
 from airflow_provider_delta.job.spec import DELTA_SINK_NAMES
+from airflow_provider_delta.storage import STORE_SCHEMES, location_problem, normalised_location
 
 DELTA_SINKS = tuple(DELTA_SINK_NAMES)
 # The data sources Spark knows by short name without a package of the user's choosing.
@@ -25,25 +26,100 @@ _REFERENCE = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
 
 def load_settings(*, transform: str | None, sql: str | None, sink: str | None,
                   target: str | None, partition_by: Sequence[str] | str | None,
-                  sink_options: Mapping[str, object] | str | None, merge_keys: Sequence[str],
-                  task_id: str | None, table_uri: str
-                  ) -> tuple[tuple[str, ...] | str, dict[str, str] | str]:
-    """The checks of what both operators share at parse time: transform or sql, the sink and
-    its settings. Returns ``partition_by`` and ``sink_options`` as checked."""
+                  sink_options: Mapping[str, object] | str | None,
+                  merge_keys: Sequence[str] | str, task_id: str | None, table_uri: str
+                  ) -> tuple[tuple[str, ...] | str, dict[str, str] | str, tuple[str, ...]]:
+    """The checks of what both operators share at parse time: the source and target, transform
+    or sql, the sink and its settings. Returns ``partition_by``, ``sink_options`` and
+    ``merge_keys`` as checked (one bare name is one column)."""
     where = {"task_id": task_id, "table_uri": table_uri}
+    table_location(table_uri, "table_uri", task_id=task_id)
     if transform and sql:
         raise InvalidParameterError(task_id, "transform", transform, "is given with sql",
                                     "give either transform or sql", table_uri)
+    if sql is not None and not (isinstance(sql, str) and sql.strip()):
+        raise InvalidParameterError(task_id, "sql", sql, "is not a query",
+                                    "give a query over the view changes, or leave sql unset",
+                                    table_uri)
     transform_reference(transform, **where)
     sink_kind(sink, target, **where)
+    sink_target(sink, target, **where)
     checked = (column_names(partition_by, "partition_by", **where),
-               string_map(sink_options, "sink_options", **where))
-    if (sink == "delta-merge") != bool(merge_keys):
+               string_map(sink_options, "sink_options", **where),
+               column_names(merge_keys, "merge_keys", templated=False, **where))
+    if (sink == "delta-merge") != bool(checked[2]):
+        shown = list(merge_keys) if isinstance(merge_keys, tuple) else merge_keys
         raise InvalidParameterError(
-            task_id, "merge_keys", list(merge_keys), f"does not fit sink={sink!r}",
+            task_id, "merge_keys", shown, f"does not fit sink={sink!r}",
             "give merge_keys (the key columns it merges by) exactly when sink='delta-merge'",
             table_uri)
+    for name, value in (("partition_by", partition_by), ("sink_options", sink_options)):
+        if sink is None and value:
+            raise InvalidParameterError(
+                task_id, name, value, "is given, but sink=None writes nothing",
+                f"give a sink, or drop {name} (the transform writes by itself)", table_uri)
     return checked
+
+
+LOCATION_FIX = ("give a local path or a URI such as s3://bucket/path (schemes: "
+                + ", ".join(STORE_SCHEMES) + "; a template must render to one)")
+
+
+def table_location(value: object, parameter: str, *, task_id: str | None,
+                   table_uri: str | None = None) -> None:
+    """``table_uri``, ``target`` or ``work_dir``: a path or a URI of a store this provider
+    reads (see :func:`~airflow_provider_delta.storage.location_problem`). A template is
+    checked once it rendered."""
+    if is_templated(value):
+        return
+    problem = location_problem(value)
+    if problem is not None:
+        raise InvalidParameterError(task_id, parameter, value, problem, LOCATION_FIX,
+                                    None if parameter == "table_uri" else table_uri)
+
+
+def sink_target(sink: str | None, target: str | None, *, task_id: str | None,
+                table_uri: str) -> None:
+    """A sink's ``target``: a location, and not the source table under another spelling."""
+    if sink is None or target is None:
+        return
+    table_location(target, "target", task_id=task_id, table_uri=table_uri)
+    if not (is_templated(target) or is_templated(table_uri)) and (
+            normalised_location(target) == normalised_location(table_uri)):
+        raise InvalidParameterError(
+            task_id, "target", target, "is the source table: every row would be appended to "
+            "the table it was read from", "give a target path other than the source table's",
+            table_uri)
+
+
+def flag(value: object, parameter: str, *, task_id: str | None, table_uri: str,
+         unset: bool = False) -> None:
+    """A switch: True or False (or None where ``unset`` says None has a meaning)."""
+    if isinstance(value, bool) or (unset and value is None):
+        return
+    raise InvalidParameterError(task_id, parameter, value, "is not True or False",
+                                f"give {parameter}=True or {parameter}=False"
+                                + (", or None for the default" if unset else ""), table_uri)
+
+
+def identifier(value: object, parameter: str, *, task_id: str | None, table_uri: str,
+               what: str) -> None:
+    """A non-empty name (a connection or task id, a watermark key), or None where unset;
+    templated names are checked when they rendered."""
+    if value is None or is_templated(value) or (
+            isinstance(value, str) and value.strip() == value and value):
+        return
+    problem = ("is not a string" if not isinstance(value, str) else
+               "is empty" if not value.strip() else "has spaces around it")
+    raise InvalidParameterError(task_id, parameter, value, problem, f"give {what}", table_uri)
+
+
+def storage_map(value: object, *, task_id: str | None, table_uri: str
+                ) -> dict[str, str] | None:
+    """``storage_options``: None (the connection's), or object_store options as strings."""
+    return None if value is None else string_map(
+        value, "storage_options", task_id=task_id, table_uri=table_uri,
+        example="{'AWS_REGION': 'eu-west-1'}")
 
 
 def is_templated(value: object) -> bool:
@@ -67,36 +143,47 @@ def version_number(value: int | str | None, parameter: str, *, task_id: str,
     return int(value)
 
 
-def column_names(value: Sequence[str] | str | None, parameter: str, *, task_id: str,
-                 table_uri: str) -> tuple[str, ...] | str:
-    """Column names (``partition_by``): a sequence of names, one name, or the text of a list
-    (what a template of a list renders to). A template is kept as it is until the task starts."""
-    if is_templated(value):
+def column_names(value: Sequence[str] | str | None, parameter: str, *, task_id: str | None,
+                 table_uri: str, templated: bool = True) -> tuple[str, ...] | str:
+    """Column names (``partition_by``, ``merge_keys``): a sequence of names, one bare name (one
+    column), or the text of a list (what a template of a list renders to). A template is kept
+    as it is until the task starts."""
+    if templated and is_templated(value):
         return value
+    names = value
     if isinstance(value, str):
-        value = _literal(value) if value.lstrip().startswith(("[", "(")) else [value]
-    names = value if isinstance(value, (list, tuple)) else None
-    if names is None or not all(isinstance(name, str) and name.strip() for name in names):
+        names = _literal(value) if value.lstrip().startswith(("[", "(")) else [value]
+    if not isinstance(names, (list, tuple)) or not all(
+            isinstance(column, str) and column.strip() for column in names):
         raise InvalidParameterError(
-            task_id, parameter, value, "is not a list of column names",
+            task_id, parameter, value if names is None else names,
+            "is not a list of column names",
             "give column names, e.g. ['day'] (a template must render to names)", table_uri)
-    return tuple(name.strip() for name in names)
+    columns = tuple(column.strip() for column in names)
+    twice = sorted({column for column in columns if columns.count(column) > 1})
+    if twice:
+        raise InvalidParameterError(task_id, parameter, value, f"names {twice} twice",
+                                    "name each column once", table_uri)
+    return columns
 
 
-def string_map(value: Mapping[str, object] | str | None, parameter: str, *, task_id: str,
-               table_uri: str) -> dict[str, str] | str:
+def string_map(value: Mapping[str, object] | str | None, parameter: str, *, task_id: str | None,
+               table_uri: str, example: str = "{'mergeSchema': 'true'}"
+               ) -> dict[str, str] | str:
     """Writer options (``sink_options``): a mapping of option names to values, or the text of
     one (what a template of a dict renders to). A template is kept until the task starts."""
     if is_templated(value):
         return value
     if value is None:
         return {}
+    given = value
     if isinstance(value, str):
         value = _literal(value)
     if not isinstance(value, Mapping) or not all(isinstance(key, str) for key in value):
         raise InvalidParameterError(
-            task_id, parameter, value, "is not a mapping of option names to values",
-            "give a dict such as {'mergeSchema': 'true'} (a template must render to one)",
+            task_id, parameter, given if value is None else value,
+            "is not a mapping of option names to values",
+            f"give a dict such as {example} (a template must render to one)",
             table_uri)
     return {key: str(option).lower() if isinstance(option, bool) else str(option)
             for key, option in value.items()}
@@ -346,3 +433,40 @@ def asset_partition(value: str | None, *, target: str | None, has_time_range: bo
             "give a target that is not templated (the task's outlet), or drop asset_partition",
             table_uri)
     return value
+
+
+def watermark_asset_store(asset: object, store: str, *, task_id: str | None,
+                          table_uri: str) -> None:
+    """``watermark_asset`` only means something to the ``"asset_state"`` store."""
+    from airflow_provider_delta.compat import Asset
+
+    if asset is not None and store != "asset_state":
+        raise InvalidParameterError(
+            task_id, "watermark_asset", asset, f"is given, but watermark_store={store!r} "
+            "does not keep the watermark in an asset",
+            "give watermark_store='asset_state', or drop watermark_asset", table_uri)
+    if asset is not None and not (isinstance(asset, Asset) or (
+            isinstance(asset, str) and asset.strip())):
+        raise InvalidParameterError(task_id, "watermark_asset", asset, "is not an asset",
+                                    "give an Asset or an asset's name", table_uri)
+
+
+def sensor_timing(settings: Mapping[str, object], *, task_id: str | None,
+                  table_uri: str) -> None:
+    """A sensor's ``poke_interval`` (above 0: each poke lists the log), ``timeout`` and
+    ``mode``, given in ``settings`` (its keyword arguments), as Airflow would refuse them but
+    in this provider's form."""
+    for setting, least in (("poke_interval", "above 0"), ("timeout", ">= 0")):
+        value = settings.get(setting)
+        seconds = value.total_seconds() if isinstance(value, dt.timedelta) else value
+        if setting not in settings or seconds is None and setting == "timeout":
+            continue
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or (
+                seconds <= 0 if setting == "poke_interval" else seconds < 0):
+            raise InvalidParameterError(task_id, setting, value, f"is not seconds {least}",
+                                        f"give a number of seconds {least} or a timedelta",
+                                        table_uri)
+    if settings.get("mode", "poke") not in ("poke", "reschedule"):
+        raise InvalidParameterError(task_id, "mode", settings["mode"], "is not a sensor mode",
+                                    "give mode='poke' or mode='reschedule' (or deferrable=True)",
+                                    table_uri)

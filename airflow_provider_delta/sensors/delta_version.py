@@ -20,6 +20,7 @@ from airflow_provider_delta.errors import (
     DeltaProviderError, InvalidParameterError, VersionNotAvailableError,
 )
 from airflow_provider_delta.hooks.delta import DeltaHook
+from airflow_provider_delta.operators import parameters
 from airflow_provider_delta.triggers.delta_version import MIN_NEW_VERSIONS_FIX, DeltaVersionTrigger
 from airflow_provider_delta.watermarks import (
     Initial,
@@ -87,6 +88,7 @@ class DeltaVersionSensor(BaseSensorOperator):
         *,
         table_uri: str,
         delta_conn_id: str | None = None,
+        storage_options: dict[str, str] | None = None,
         watermark_store: str = "xcom",
         watermark_key: str = "delta_watermark",
         watermark_task_id: str | None = None,
@@ -98,24 +100,25 @@ class DeltaVersionSensor(BaseSensorOperator):
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         **kwargs: Any,
     ):
+        parameters.sensor_timing(kwargs, task_id=kwargs.get("task_id"), table_uri=table_uri)
         super().__init__(**kwargs)
-        validate_store_kind(watermark_store, self.task_id)
-        if watermark_store == "xcom" and not watermark_task_id:
-            raise InvalidParameterError(
-                self.task_id, "watermark_task_id", watermark_task_id,
-                "is not set: watermark_store='xcom' needs watermark_task_id",
-                "name the task that writes the watermark after a load (e.g. the incremental "
-                "load task)", table_uri)
+        storage_options = _check_sensor_settings(
+            task_id=self.task_id, table_uri=table_uri, delta_conn_id=delta_conn_id,
+            storage_options=storage_options, watermark_store=watermark_store,
+            watermark_key=watermark_key, watermark_task_id=watermark_task_id,
+            watermark_asset=watermark_asset, reset_if_ahead=reset_if_ahead,
+            deferrable=deferrable)
         if isinstance(min_new_versions, bool) or not isinstance(min_new_versions, int) or min_new_versions < 1:
             raise InvalidParameterError(self.task_id, "min_new_versions", min_new_versions,
                                         "is not an int >= 1", MIN_NEW_VERSIONS_FIX, table_uri)
         self.table_uri = table_uri
         self.delta_conn_id = delta_conn_id
+        self.explicit_storage_options = storage_options
         self.watermark_store = watermark_store
         self.watermark_key = watermark_key
         self.watermark_task_id = watermark_task_id
         self.watermark_asset = watermark_asset
-        self.initial = validate_initial(initial, table_uri)
+        self.initial = validate_initial(initial, table_uri, self.task_id)
         self.reset_if_ahead = reset_if_ahead
         self.min_new_versions = min_new_versions
         self.data_changes_only = data_changes_only
@@ -251,13 +254,46 @@ class DeltaVersionSensor(BaseSensorOperator):
 
     @cached_property
     def storage_options(self) -> dict[str, str] | None:
-        """Object-store options from ``delta_conn_id`` (at run time only; never templated)."""
+        """The ``storage_options`` given, else those of ``delta_conn_id`` (at run time only;
+        never templated)."""
+        if self.explicit_storage_options is not None:
+            return self.explicit_storage_options
         return self.hook.get_storage_options() if self.hook else None
 
     @cached_property
     def probe(self) -> VersionProbe:
         """The table's log, opened once and reused by every poke of this task run."""
         return VersionProbe(self.table_uri, self.storage_options)
+
+
+def _check_sensor_settings(*, task_id: str, table_uri: str, delta_conn_id: object,
+                           storage_options: object, watermark_store: str, watermark_key: object,
+                           watermark_task_id: object, watermark_asset: object,
+                           reset_if_ahead: object, deferrable: object) -> dict[str, str] | None:
+    """Parse-time checks of the sensor's settings; returns ``storage_options`` as checked."""
+    where = {"task_id": task_id, "table_uri": table_uri}
+    parameters.table_location(table_uri, "table_uri", task_id=task_id)
+    validate_store_kind(watermark_store, task_id, table_uri)
+    parameters.identifier(delta_conn_id, "delta_conn_id", what="a connection id, or None",
+                          **where)
+    parameters.identifier(watermark_key, "watermark_key", what="a non-empty key", **where)
+    parameters.identifier(watermark_task_id, "watermark_task_id",
+                          what="the task id of the load that writes the watermark", **where)
+    if watermark_store == "xcom" and not watermark_task_id:
+        raise InvalidParameterError(
+            task_id, "watermark_task_id", watermark_task_id,
+            "is not set: watermark_store='xcom' needs watermark_task_id",
+            "name the task that writes the watermark after a load (e.g. the incremental "
+            "load task)", table_uri)
+    if watermark_store != "xcom" and watermark_task_id is not None:
+        raise InvalidParameterError(
+            task_id, "watermark_task_id", watermark_task_id,
+            f"is given, but watermark_store={watermark_store!r} keeps no XCom",
+            "drop watermark_task_id, or give watermark_store='xcom'", table_uri)
+    parameters.watermark_asset_store(watermark_asset, watermark_store, **where)
+    parameters.flag(reset_if_ahead, "reset_if_ahead", **where)
+    parameters.flag(deferrable, "deferrable", **where)
+    return parameters.storage_map(storage_options, **where)
 
 
 def _found(found: VersionRange, start: LoadStart) -> dict[str, Any]:

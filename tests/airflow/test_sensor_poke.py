@@ -133,7 +133,7 @@ def test_constructor_validation():
         DeltaVersionTrigger(table_uri="/t", start_version=1, min_new_versions=0)
     with pytest.raises(InvalidParameterError, match="/t: poll_interval=0 is not above 0"):
         DeltaVersionTrigger(table_uri="/t", start_version=1, poll_interval=0)
-    with pytest.raises(WatermarkError, match="initial="):
+    with pytest.raises(InvalidParameterError, match="^s: /t: initial='head' is not a start"):
         DeltaVersionSensor(task_id="s", table_uri="/t", watermark_store="variable", initial="head")
 
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
-from airflow_provider_delta.errors import WatermarkError
+from airflow_provider_delta.errors import InvalidParameterError, WatermarkError
 from airflow_provider_delta.watermarks import (
     AssetStateWatermarkStore,
     VariableWatermarkStore,
@@ -103,8 +104,9 @@ def test_watermark_of_another_table_restarts_with_initial_on_reset():
 
 @pytest.mark.parametrize("bad", ["newest", "Snapshot", -1, 1.5, True, None])
 def test_bad_initial_is_refused(bad):
-    with pytest.raises(WatermarkError, match="initial="):
-        validate_initial(bad, URI)
+    with pytest.raises(InvalidParameterError,
+                       match="^" + re.escape(f"load: {URI}: initial={bad!r} is not")):
+        validate_initial(bad, URI, "load")
 
 
 def test_factory_builds_each_kind():

@@ -1,5 +1,5 @@
 """The bad inputs and the error each gives. ``test_bad_input_table.py`` runs every case;
-``scripts/bad_inputs_table.py`` prints the README's "Bad input" table from this list.
+``scripts/bad_inputs_table.py`` prints the table of ``docs/mistakes.rst`` from this list.
 
 A case is an attempt on a :class:`Scene` (a three-commit source table, versions 0..2, and a
 target path). Operators run with ``conn_id="no_such_spark"`` unless a case needs a real Spark
@@ -20,6 +20,11 @@ from typing import Any
 
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
+
+try:
+    from airflow.sdk import DAG
+except ImportError:  # Airflow 2
+    from airflow.models import DAG
 
 from airflow_provider_delta.errors import (
     DamagedLogFileError,
@@ -45,10 +50,10 @@ SPARK_CONN = "spark_bad_input"
 @dataclass(frozen=True)
 class BadInput:
     group: str
-    bad_input: str  # what is wrong, in words (the README's column)
+    bad_input: str  # what is wrong, in words (the docs' column)
     attempt: Callable[[Scene], Any]
     error: type[BaseException]
-    message: str  # a part of the error message (the README shows it)
+    message: str  # a part of the error message (the docs show it); {source}: the source
     stage: str = TASK_START  # where it is refused: DAG parse (__init__), task start, Spark job
     in_progress: str | None = None  # "#12.N in progress": fails until that fix is in main
 
@@ -85,15 +90,45 @@ class Scene:
 
         return self._run(DeltaTimeTravelOperator, kwargs)
 
+    def sensor(self, **kwargs: Any) -> Any:
+        """A sensor on the source, keeping its watermark in a Variable; it pokes once."""
+        from airflow_provider_delta.sensors.delta_version import DeltaVersionSensor
+
+        self.begin()
+        options = {"task_id": "wait", "table_uri": self.source, "watermark_store": "variable",
+                   "watermark_key": "wm_bad_input", **kwargs}
+        sensor = DeltaVersionSensor(**options)
+        self.constructed = True
+        return sensor.poke({"run_id": "manual__bad_input"})
+
     def construct(self, operator: type, **kwargs: Any) -> Any:
         options = {"task_id": "load", "table_uri": self.source, "target": self.target,
                    "conn_id": "no_such_spark", **kwargs}
         return operator(**options)
 
+    def linked(self, sensor: dict[str, Any] | None = None, upstream: bool = True,
+               **kwargs: Any) -> Any:
+        """A load with ``sensor_task_id="wait"`` in a DAG with the sensor ``wait`` (on the
+        source, the same watermark; ``sensor`` changes its settings), upstream of it unless
+        ``upstream`` is False."""
+        from airflow_provider_delta.operators import DeltaIncrementalOperator
+        from airflow_provider_delta.sensors.delta_version import DeltaVersionSensor
+
+        watermark = {"watermark_store": "variable", "watermark_key": "wm_bad_input"}
+        self.dag = DAG("bad_input_linked", schedule=None)
+        DeltaVersionSensor(task_id="wait", dag=self.dag,
+                           **{"table_uri": self.source, **watermark, **(sensor or {})})
+        self.upstream = "wait" if upstream else None
+        options = {"start_version": None, "end_version": None, "sensor_task_id": "wait",
+                   "dag": self.dag, **watermark, **kwargs}
+        return self._run(DeltaIncrementalOperator, options)
+
     def _run(self, operator: type, kwargs: dict[str, Any]) -> Any:
         params = kwargs.pop("params", {})
         self.begin()
         task = self.construct(operator, **kwargs)
+        if getattr(self, "upstream", None):
+            self.dag.task_dict[self.upstream] >> task
         self.constructed = True
         context = {"run_id": "manual__bad_input", "params": params}
         task.render_template_fields(context)
@@ -262,9 +297,10 @@ CASES: list[BadInput] = [
              lambda s: s.incremental(watermark_store="redis"),
              InvalidParameterError, "watermark_store='redis' is unknown", DAG_PARSE),
     BadInput("options", "`initial=\"sometime\"`", lambda s: s.incremental(initial="sometime"),
-             WatermarkError, "initial='sometime' is not valid", DAG_PARSE),
+             InvalidParameterError, "load: {source}: initial='sometime' is not a start",
+             DAG_PARSE),
     BadInput("options", "`initial=-2`", lambda s: s.incremental(initial=-2),
-             WatermarkError, "initial=-2 is not valid", DAG_PARSE),
+             InvalidParameterError, "initial=-2 is not a start without a watermark", DAG_PARSE),
     BadInput("options", "a delete in the range without `ignore_deletes`",
              lambda s: _then(lambda: _delete_rows(s),
                              lambda: s.incremental(start_version=1, end_version=3)),
@@ -290,12 +326,80 @@ CASES: list[BadInput] = [
              lambda s: s.incremental(table_uri=_change_feed_table(s), end_version=1,
                                      change_feed=True, sink="delta-merge", merge_keys=["nope"]),
              InvalidParameterError, "merge_keys=['nope'] names columns ['nope']"),
+    BadInput("options", "`merge_keys=\"id\"` (one bare name) with `sink=\"delta\"`",
+             lambda s: s.incremental(merge_keys="id"),
+             InvalidParameterError, "merge_keys='id' does not fit sink='delta'", DAG_PARSE),
+    BadInput("options", "`partition_by=5`", lambda s: s.incremental(partition_by=5),
+             InvalidParameterError, "partition_by=5 is not a list of column names", DAG_PARSE),
+    BadInput("options", "`partition_by=[\"day\", \"day\"]`",
+             lambda s: s.incremental(partition_by=["day", "day"]),
+             InvalidParameterError, "partition_by=['day', 'day'] names ['day'] twice", DAG_PARSE),
+    BadInput("options", "`sink_options=\"mergeSchema=true\"` (not a dict)",
+             lambda s: s.incremental(sink_options="mergeSchema=true"),
+             InvalidParameterError,
+             "sink_options='mergeSchema=true' is not a mapping of option names", DAG_PARSE),
+    BadInput("options", "`sink_options` with `sink=None`",
+             lambda s: s.incremental(sink=None, sink_options={"mergeSchema": "true"}),
+             InvalidParameterError, "is given, but sink=None writes nothing", DAG_PARSE),
+    BadInput("options", "`storage_options=\"region=eu\"` (not a dict)",
+             lambda s: s.incremental(storage_options="region=eu"),
+             InvalidParameterError, "storage_options='region=eu' is not a mapping", DAG_PARSE),
+    BadInput("options", "`sql=\"\"`", lambda s: s.incremental(sql="  "),
+             InvalidParameterError, "sql='  ' is not a query", DAG_PARSE),
+    BadInput("options", "`change_feed=\"true\"` (a string)",
+             lambda s: s.incremental(change_feed="true"),
+             InvalidParameterError, "change_feed='true' is not True or False", DAG_PARSE),
+    BadInput("options", "`move_watermark=\"no\"`", lambda s: s.incremental(move_watermark="no"),
+             InvalidParameterError, "move_watermark='no' is not True or False", DAG_PARSE),
+    BadInput("options", "`deploy_mode=\"clutser\"`", lambda s: s.incremental(deploy_mode="clutser"),
+             InvalidParameterError, "deploy_mode='clutser' is not a deploy mode", DAG_PARSE),
+    BadInput("options", "`delta_conn_id=\"\"`", lambda s: s.incremental(delta_conn_id=""),
+             InvalidParameterError, "delta_conn_id='' is empty", DAG_PARSE),
+    BadInput("options", "`sensor_task_id=\"\"`", lambda s: s.incremental(sensor_task_id=""),
+             InvalidParameterError, "sensor_task_id='' is empty", DAG_PARSE),
+    BadInput("options", "`watermark_asset` with `watermark_store=\"variable\"`",
+             lambda s: s.incremental(watermark_store="variable", watermark_asset="orders"),
+             InvalidParameterError, "watermark_asset='orders' is given, but watermark_store=",
+             DAG_PARSE),
+    BadInput("options", "`work_dir=\"\"`", lambda s: s.incremental(work_dir=""),
+             InvalidParameterError, "work_dir='' is empty", DAG_PARSE),
+    # -- across tasks: the load and its sensor, checked when the load starts ----------------------
+    BadInput("across tasks", "a misspelt `sensor_task_id`",
+             lambda s: s.linked(sensor_task_id="wiat"), InvalidParameterError,
+             "load: {source}: sensor_task_id='wiat' names no task of DAG 'bad_input_linked'"),
+    BadInput("across tasks", "a `sensor_task_id` that is not upstream",
+             lambda s: s.linked(upstream=False), InvalidParameterError,
+             "sensor_task_id='wait' is not upstream of load"),
+    BadInput("across tasks", "a `sensor_task_id` naming a task that is no sensor",
+             lambda s: s.linked(sensor_task_id="load"), InvalidParameterError,
+             "sensor_task_id='load' names a DeltaIncrementalOperator, not a DeltaVersionSensor"),
+    BadInput("across tasks", "a sensor on another table",
+             lambda s: s.linked(sensor={"table_uri": f"{s.folder}/other"}), InvalidParameterError,
+             "sensor_task_id='wait' names a sensor with table_uri='"),
+    BadInput("across tasks", "a sensor with another `watermark_key`",
+             lambda s: s.linked(sensor={"watermark_key": "wm_other"}), InvalidParameterError,
+             "names a sensor with watermark_key='wm_other', but load has "
+             "watermark_key='wm_bad_input'"),
+    BadInput("across tasks", "a sensor with another `watermark_store`",
+             lambda s: s.linked(sensor={"watermark_store": "xcom", "watermark_task_id": "load"}),
+             InvalidParameterError, "names a sensor with watermark_store='xcom', but load has "
+             "watermark_store='variable'"),
+    BadInput("across tasks", "an XCom watermark the sensor reads from another task",
+             lambda s: s.linked(watermark_store="xcom", sensor={
+                 "watermark_store": "xcom", "watermark_task_id": "other_load"}),
+             InvalidParameterError, "names a sensor with watermark_task_id='other_load', but "
+             "load has watermark_task_id='load'"),
+    BadInput("across tasks", "a sensor whose templated `watermark_key` renders to another",
+             lambda s: s.linked(sensor={"watermark_key": "{{ params.key }}"},
+                                params={"key": "wm_other"}), InvalidParameterError,
+             "names a sensor with watermark_key='wm_other'"),
     # -- time travel -----------------------------------------------------------------------------
     BadInput("time travel", "both `version` and `timestamp`",
              lambda s: s.time_travel(version=1, timestamp="2024-01-01T00:00:00"),
-             InvalidParameterError, "give exactly one of version and timestamp", DAG_PARSE),
+             InvalidParameterError, "version=1 is given with timestamp='2024-01-01T00:00:00'",
+             DAG_PARSE),
     BadInput("time travel", "neither `version` nor `timestamp`", lambda s: s.time_travel(),
-             InvalidParameterError, "give exactly one of version and timestamp", DAG_PARSE),
+             InvalidParameterError, "version=None is not given, nor is timestamp", DAG_PARSE),
     BadInput("time travel", "`version=-3`", lambda s: s.time_travel(version=-3),
              InvalidParameterError, "version=-3 is negative", DAG_PARSE),
     BadInput("time travel", "`version` above the latest", lambda s: s.time_travel(version=9),
@@ -318,6 +422,30 @@ CASES: list[BadInput] = [
     BadInput("time travel", "`sink=\"parquet\"` and a version that is not available",
              lambda s: s.time_travel(version=9, sink="parquet"),
              VersionNotAvailableError, "9 is not available"),
+    # -- sensor -----------------------------------------------------------------------------------
+    BadInput("sensor", "`poke_interval=0`", lambda s: s.sensor(poke_interval=0),
+             InvalidParameterError, "wait: {source}: poke_interval=0 is not seconds above 0",
+             DAG_PARSE),
+    BadInput("sensor", "`timeout=-1`", lambda s: s.sensor(timeout=-1),
+             InvalidParameterError, "timeout=-1 is not seconds >= 0", DAG_PARSE),
+    BadInput("sensor", "`mode=\"pokes\"`", lambda s: s.sensor(mode="pokes"),
+             InvalidParameterError, "mode='pokes' is not a sensor mode", DAG_PARSE),
+    BadInput("sensor", "`initial=\"sometime\"`", lambda s: s.sensor(initial="sometime"),
+             InvalidParameterError, "wait: {source}: initial='sometime' is not a start",
+             DAG_PARSE),
+    BadInput("sensor", "`table_uri=\"s4://bucket/t\"`",
+             lambda s: s.sensor(table_uri="s4://bucket/t"),
+             InvalidParameterError, "wait: table_uri='s4://bucket/t' has the scheme s4:",
+             DAG_PARSE),
+    BadInput("sensor", "`watermark_task_id` with `watermark_store=\"variable\"`",
+             lambda s: s.sensor(watermark_task_id="load"),
+             InvalidParameterError, "watermark_task_id='load' is given, but watermark_store=",
+             DAG_PARSE),
+    BadInput("sensor", "`storage_options=\"x\"` (not a dict)",
+             lambda s: s.sensor(storage_options="x"),
+             InvalidParameterError, "storage_options='x' is not a mapping", DAG_PARSE),
+    BadInput("sensor", "`min_new_versions=0`", lambda s: s.sensor(min_new_versions=0),
+             InvalidParameterError, "min_new_versions=0 is not an int >= 1", DAG_PARSE),
     # -- URIs -------------------------------------------------------------------------------------
     BadInput("URIs", "a `table_uri` that does not exist",
              lambda s: s.incremental(table_uri=str(s.folder / "absent")),
@@ -338,7 +466,24 @@ CASES: list[BadInput] = [
              TableNotFoundError, NOT_A_TABLE),
     BadInput("URIs", "an unknown scheme (`s4://`)",
              lambda s: s.incremental(table_uri="s4://bucket/table"),
-             StorageLocationError, "s4://bucket/table: the store cannot be used"),
+             InvalidParameterError, "table_uri='s4://bucket/table' has the scheme s4:",
+             DAG_PARSE),
+    BadInput("URIs", "`table_uri=\"\"`", lambda s: s.incremental(table_uri=""),
+             InvalidParameterError, "load: table_uri='' is empty", DAG_PARSE),
+    BadInput("URIs", "a `table_uri` with spaces around it",
+             lambda s: s.incremental(table_uri=f" {s.source} "),
+             InvalidParameterError, "has spaces around it", DAG_PARSE),
+    BadInput("URIs", "`s3:/bucket/t` (one slash)", lambda s: s.incremental(table_uri="s3:/b/t"),
+             InvalidParameterError, "table_uri='s3:/b/t' lacks the // after s3:", DAG_PARSE),
+    BadInput("URIs", "`s3:///t` (no bucket)", lambda s: s.incremental(table_uri="s3:///t"),
+             InvalidParameterError, "table_uri='s3:///t' names no bucket", DAG_PARSE),
+    BadInput("URIs", "a `target` of an unknown scheme",
+             lambda s: s.incremental(target="s4://bucket/t"),
+             InvalidParameterError, "target='s4://bucket/t' has the scheme s4:", DAG_PARSE),
+    BadInput("URIs", "a templated `table_uri` that renders to an unknown scheme",
+             lambda s: s.incremental(table_uri="{{ params.uri }}",
+                                     params={"uri": "s4://bucket/t"}),
+             InvalidParameterError, "table_uri='s4://bucket/t' has the scheme s4:"),
     BadInput("URIs", "an S3 table that does not exist",
              lambda s: s.incremental(table_uri="s3://lake/absent", storage_options=s.s3_options()),
              TableNotFoundError, NOT_A_TABLE),
@@ -408,7 +553,13 @@ CASES: list[BadInput] = [
     # -- targets ------------------------------------------------------------------------------------
     BadInput("targets", "`target` equal to the source",
              lambda s: s.incremental(target=s.source),
-             SinkTargetError, "is the source table"),
+             InvalidParameterError, "target='{source}' is the source table", DAG_PARSE),
+    BadInput("targets", "`target` the source spelt otherwise (`file://`, `/./`)",
+             lambda s: s.incremental(target="file://" + s.source.replace("/source", "/./source/")),
+             InvalidParameterError, "is the source table", DAG_PARSE),
+    BadInput("targets", "a templated `target` that renders to the source",
+             lambda s: s.incremental(target="{{ params.to }}", params={"to": s.source}),
+             InvalidParameterError, "target='{source}' is the source table"),
     BadInput("targets", "`target` a non-empty plain Parquet folder",
              lambda s: _then(lambda: shutil.copytree(s.source, s.target,
                                                      ignore=shutil.ignore_patterns("_delta_log")),
@@ -474,7 +625,7 @@ CASES: list[BadInput] = [
     BadInput("watermarks", "an empty `watermark_key`",
              lambda s: s.incremental(start_version=None, end_version=None,
                                      watermark_store="variable", watermark_key=""),
-             WatermarkError, "needs a non-empty key"),
+             InvalidParameterError, "watermark_key='' is empty", DAG_PARSE),
 ]
 
 
@@ -488,14 +639,20 @@ def case_id(case: BadInput) -> str:
     return f"{case.group}: {case.bad_input}".replace("`", "")
 
 
-def markdown_table(cases: list[BadInput] = CASES) -> str:
-    """The README's table: one row per case."""
-    rows = ["| # | group | bad input | refused at | error | message (excerpt) |",
-            "|---|---|---|---|---|---|"]
+def rst_table(cases: list[BadInput] = CASES) -> str:
+    """The table of ``docs/mistakes.rst``: one row per case."""
+    rows = [".. list-table::", "   :header-rows: 1", "   :widths: 4 10 30 10 18 40", "",
+            "   * - #", "     - group", "     - bad input", "     - refused at", "     - error",
+            "     - message (excerpt)"]
     for number, case in enumerate(cases, start=1):
-        message = case.message.replace("|", "\\|")
         status = f" ({case.in_progress})" if case.in_progress else ""
-        rows.append(f"| {number} | {case.group} | {case.bad_input} | {case.stage} | "
-                    f"`{case.error.__name__}`{status} | {message} |")
+        rows += [f"   * - {number}", f"     - {case.group}",
+                 f"     - {_rst_literals(case.bad_input)}", f"     - {case.stage}",
+                 f"     - ``{case.error.__name__}``{status}",
+                 f"     - ``{case.message.replace('{source}', '<source>')}``"]
     return "\n".join(rows) + "\n"
 
+
+def _rst_literals(text: str) -> str:
+    """Markdown's `code` as reStructuredText's ``code``."""
+    return text.replace("`", "``")

@@ -43,11 +43,18 @@ def _run(operator):
     return operator.execute({"run_id": "manual__bad_input"})
 
 
-def test_time_travel_needs_exactly_one_of_version_and_timestamp(source, tmp_path):
+@pytest.mark.parametrize(("request_", "problem"), [
+    ({"version": 1, "timestamp": "2024-01-01T00:00:00"},
+     "version=1 is given with timestamp='2024-01-01T00:00:00'; give exactly one"),
+    ({}, "version=None is not given, nor is timestamp; give exactly one"),
+], ids=["both", "neither"])
+def test_time_travel_needs_exactly_one_of_version_and_timestamp(source, tmp_path, request_,
+                                                                 problem):
+    """Both given and neither given are told apart."""
     target = str(tmp_path / "target")
-    for request in ({"version": 1, "timestamp": "2024-01-01T00:00:00"}, {}):
-        with pytest.raises(ValueError, match=f"exactly one of version and timestamp for {source}"):
-            DeltaTimeTravelOperator(task_id="tt", table_uri=source, target=target, **request)
+    with pytest.raises(InvalidParameterError) as refused:
+        DeltaTimeTravelOperator(task_id="tt", table_uri=source, target=target, **request_)
+    assert str(refused.value).startswith(f"tt: {source}: {problem}")
     assert not os.path.exists(target)
 
 

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
-from airflow_provider_delta.errors import SinkTargetError
+from airflow_provider_delta.errors import InvalidParameterError, SinkTargetError
 from airflow_provider_delta.job.sinks import make_sink
 from airflow_provider_delta.job.sinks.targets import STAGING_FOLDER
 from airflow_provider_delta.operators import DeltaIncrementalOperator
@@ -40,9 +40,20 @@ def _spellings(source: str, tmp_path) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("spelling", ["same path", "file uri", "trailing slash", "dot dot",
-                                      "escaped", "symbolic link", "same table id"])
-def test_target_that_is_the_source_is_refused_before_spark(source, tmp_path, spelling):
+                                      "escaped", "symbolic link"])
+def test_target_that_is_the_source_is_refused_at_dag_parse(source, tmp_path, spelling):
     target = _spellings(source, tmp_path)[spelling]
+
+    with pytest.raises(InvalidParameterError) as error:
+        _backfill(source, target)
+
+    assert str(error.value).startswith(f"load: {source}: target={target!r} is the source table")
+    assert "give a target path other than the source table's" in str(error.value)
+
+
+def test_target_with_the_source_table_id_is_refused_before_spark(source, tmp_path):
+    """Another path, the same ``metaData`` id: only the log tells, when the task starts."""
+    target = _spellings(source, tmp_path)["same table id"]
     before = delta_rows(source)
     started = time.monotonic()
 
