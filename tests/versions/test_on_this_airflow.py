@@ -16,11 +16,12 @@ import json
 import os
 import pkgutil
 import re
+import shutil
 import subprocess
 import sys
 import threading
 from collections import Counter
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pyarrow as pa
@@ -320,3 +321,31 @@ def test_deferred_sensor_waits_in_a_real_triggerer(user_dag, triggerer, tmp_path
     # The triggerer process ran the sensor's trigger to completion (dag.test() did not).
     assert re.search(r"trigger deferred/\S+/wait/-1/\d+ \(ID \d+\) completed",
                      triggerer.read_text())
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(airflow_at_least("3.0.0"), reason="Airflow 3's backfill create only "
+                    "queues runs for a scheduler (tests/operators/test_load_by_time.py)")
+def test_airflow_2_backfill_loads_each_data_interval(user_env, tmp_path):
+    """``airflow dags backfill`` over three hours: each run loads the versions committed in
+    its data interval (one exactly on 01:00, none from 02:00 to 03:00)."""
+    from airflow.configuration import conf
+
+    source, target = str(tmp_path / "source"), str(tmp_path / "target")
+    hour = datetime(2024, 5, 1, tzinfo=timezone.utc)
+    commits = [hour + timedelta(minutes=m) for m in (30, 60, 90, 190, 240)]
+    for version, moment in enumerate(commits):
+        append(source, [10 * version, 10 * version + 1])
+        os.utime(Path(source) / "_delta_log" / f"{version:020d}.json",
+                 ns=(int(moment.timestamp()) * 10**9,) * 2)
+    dags = Path(conf.get("core", "dags_folder"))
+    dags.mkdir(parents=True, exist_ok=True)
+    shutil.copy(HERE / "hourly_by_time_dag.py", dags / "hourly_by_time_dag.py")
+    env = {**user_env, "DELTA_SOURCE": source, "DELTA_TARGET": target}
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("airflow")), "dags", "backfill", "-s",
+         "2024-05-01T01:00:00+00:00", "-e", "2024-05-01T03:00:00+00:00", "hourly_by_time"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    assert loaded_ranges(target) == ["1..2", "3..3"]
+    assert rows(target) == Counter((i,) for i in (10, 11, 20, 21, 30, 31))
