@@ -31,7 +31,8 @@ other processes weighs on all alike:
 Run: ``.venv/bin/python benchmarks/bench_plan.py [--files 1000000] [--repeat 3]
 [--cases stats-json,stats-struct]``. The tables are generated once per size under
 ``--workdir`` and reused (``--drop`` deletes them after the run: 1M files take 0.6 GB each).
-The subprocesses import the package of this checkout.
+The subprocesses import the package of this checkout; ``--baseline-rev REV`` plans each case
+once more with the package as it was at ``REV``.
 """
 
 from __future__ import annotations
@@ -207,12 +208,13 @@ def _placeholder(type_: pa.DataType, length: int) -> pa.Array:
 
 # -- the cases, each in a fresh process -------------------------------------------------
 
-def fresh_process(case: str, side: int, table: Path, last_append: int) -> dict:
+def fresh_process(case: str, side: int, table: Path, last_append: int,
+                  package_root: str = REPO) -> dict:
     command = [sys.executable, str(Path(__file__).with_name("plan_case.py")), case, str(side),
                str(table), str(last_append)]
-    # this checkout's package, not the one the venv has installed
+    # this checkout's package (or --baseline-rev's), not the one the venv has installed
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        filter(None, [REPO, os.environ.get("PYTHONPATH")])))
+        filter(None, [package_root, os.environ.get("PYTHONPATH")])))
     out = subprocess.run(command, check=True, capture_output=True, text=True, env=env).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -237,6 +239,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--cases", default="stats-json,stats-struct,snapshot,changes,first")
     parser.add_argument("--drop", action="store_true", help="delete the tables afterwards")
+    parser.add_argument("--baseline-rev", default="",
+                        help="also plan with the package at this git revision")
     parser.add_argument("--stats", help=argparse.SUPPRESS)
     parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "bench_plan"))
     parser.add_argument("--build", action="store_true", help=argparse.SUPPRESS)
@@ -269,12 +273,19 @@ def main() -> None:
         print(f"log of {args.files:,} live files ready in "
               f"{time.perf_counter() - started:.1f} s: {table}")
     last_append = args.commits - DELETE_COMMITS
-    runs = {(c, s): [] for c in cases for s in (0, 1)}
+    # run: (side: 0 ours / 1 theirs, package); run 2 is ours at --baseline-rev
+    sides = {0: (0, REPO), 1: (1, REPO)}
+    if args.baseline_rev:
+        from bench_triggers import package_at
+
+        sides[2] = (0, str(package_at(args.baseline_rev, Path(args.workdir))))
+    runs = {(c, s): [] for c in cases for s in sides}
     load_before = os.getloadavg()
     for _ in range(args.repeat):
         for case in cases:
-            for side in (0, 1):
-                runs[case, side].append(fresh_process(case, side, tables[case], last_append))
+            for run, (side, package) in sides.items():
+                runs[case, run].append(fresh_process(case, side, tables[case], last_append,
+                                                     package))
     print_summary(args, range_files, runs, cases, load_before)
     if args.drop:
         for path in set(tables.values()):
@@ -305,6 +316,15 @@ def print_summary(args, range_files: int, runs: dict, cases: list[str],
               f"({theirs[0]['count']:,} rows)")
         print(f"{'':12s} ratio {ours_s / theirs_s:.2f}x time, {ours_cpu / theirs_cpu:.2f}x CPU, "
               f"{ours_rss / theirs_rss:.2f}x RSS")
+        if (case, 2) in runs:
+            base = runs[case, 2]
+            base_s = statistics.median(r["seconds"] for r in base)
+            base_cpu = statistics.median(r["cpu_seconds"] for r in base)
+            base_rss = max(r["rss_mib"] for r in base)
+            print(f"{'':12s} {ours_name + ' at ' + args.baseline_rev[:9]:33s} {base_s:7.2f} s "
+                  f"(CPU {base_cpu:5.2f} s)  peak RSS {base_rss:7.0f} MiB: ratio to "
+                  f"deltalake {base_s / theirs_s:.2f}x time, {base_cpu / theirs_cpu:.2f}x CPU, "
+                  f"{base_rss / theirs_rss:.2f}x RSS")
     after = os.getloadavg()
     print(f"load average before: {' '.join(f'{v:.2f}' for v in load_before)}, after: "
           f"{' '.join(f'{v:.2f}' for v in after)} ({os.cpu_count()} CPUs)")
