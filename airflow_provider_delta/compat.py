@@ -29,7 +29,7 @@ from airflow.providers.common.compat.sdk import (
 )
 from airflow.providers.common.compat.sdk import get_current_context as _get_current_context
 from airflow.providers.common.compat.triggers import BaseEventTrigger  # BaseTrigger on 2.x
-from airflow.triggers.base import TriggerEvent
+from airflow.triggers.base import BaseTrigger, TriggerEvent
 from packaging.version import Version
 
 from airflow_provider_delta.errors import AirflowVersionError
@@ -39,8 +39,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AIRFLOW_VERSION", "AirflowNotFoundException", "AirflowSensorTimeout", "Asset", "BaseEventTrigger",
-    "BaseHook", "BaseOperatorLink", "BaseSensorOperator", "PokeReturnValue", "TriggerEvent",
-    "Variable", "aget_connection", "amask_secret", "asset", "conf", "first_reschedule_date",
+    "BaseHook", "BaseOperatorLink", "BaseSensorOperator", "BaseTrigger", "PokeReturnValue",
+    "TriggerEvent", "Variable", "aget_connection", "amask_secret", "asset", "conf", "first_reschedule_date",
     "get_current_context", "mask_secret", "require_airflow", "trigger_asset_state", "variable_key",
     "variable_key_of_airflow_3_0",
 ]

@@ -69,7 +69,8 @@ def get_provider_info() -> dict:
         "sensors": [
             {
                 "integration-name": "Delta Lake",
-                "python-modules": ["airflow_provider_delta.sensors.delta_version"],
+                "python-modules": ["airflow_provider_delta.sensors.delta_version",
+                                   "airflow_provider_delta.sensors.delta_interval"],
             }
         ],
         "operators": [
@@ -81,7 +82,8 @@ def get_provider_info() -> dict:
         "triggers": [
             {
                 "integration-name": "Delta Lake",
-                "python-modules": ["airflow_provider_delta.triggers.delta_version"],
+                "python-modules": ["airflow_provider_delta.triggers.delta_version",
+                                   "airflow_provider_delta.triggers.delta_interval"],
             }
         ],
         "hooks": [

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_delta import freshness
 from airflow_provider_delta.compat import (
-    AirflowSensorTimeout,
     BaseSensorOperator,
     PokeReturnValue,
     conf,
@@ -17,10 +16,11 @@ from airflow_provider_delta.compat import (
 )
 from airflow_provider_delta.core.probe import VersionProbe, VersionRange
 from airflow_provider_delta.errors import (
-    DeltaProviderError, InvalidParameterError, VersionNotAvailableError,
+    InvalidParameterError, VersionNotAvailableError,
 )
 from airflow_provider_delta.hooks.delta import DeltaHook
 from airflow_provider_delta.operators import parameters
+from airflow_provider_delta.sensors.outcomes import poke_outcome, sensor_event_result
 from airflow_provider_delta.triggers.delta_version import MIN_NEW_VERSIONS_FIX, DeltaVersionTrigger
 from airflow_provider_delta.watermarks import (
     Initial,
@@ -143,14 +143,7 @@ class DeltaVersionSensor(BaseSensorOperator):
         )
 
     def poke(self, context: Context) -> bool | PokeReturnValue:
-        try:
-            _, found = self._find_new_versions(context)
-        except DeltaProviderError as err:
-            if err.permanent:
-                raise
-            self.log.warning("%s; will poke again", err)
-            return False
-        return PokeReturnValue(is_done=True, xcom_value=found) if found else False
+        return poke_outcome(lambda: self._find_new_versions(context)[1], self.log)
 
     def execute(self, context: Context) -> Any:
         if not self.deferrable:
@@ -178,23 +171,10 @@ class DeltaVersionSensor(BaseSensorOperator):
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """Turn the trigger's event into the sensor's result, or its error."""
-        status = event.get("status")
-        if status == "success":
-            self.log.info("New versions %s..%s", event["start_version"], event["end_version"])
-            found = VersionRange(
-                table_uri=event["table_uri"],
-                start_version=event["start_version"],
-                end_version=event["end_version"],
-                latest_commit_timestamp=event["latest_commit_timestamp"],
-            )
-            self._found = {**found, "mode": "changes"}
-            return self._found
-        if status == "timeout":
-            raise AirflowSensorTimeout(event["message"])
-        raise DeltaProviderError(
-            event.get("message", f"{self.table_uri}: unexpected trigger event {event!r}"),
-            table_uri=self.table_uri,
-        )
+        found = sensor_event_result(event, self.table_uri)
+        self.log.info("New versions %s..%s", found["start_version"], found["end_version"])
+        self._found = {**found, "mode": "changes"}
+        return self._found
 
     def _find_new_versions(self, context: Context) -> tuple[int, dict[str, Any] | None]:
         """The first version to wait for, and what to load if there is something already:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from airflow_provider_delta.triggers.delta_interval import DeltaIntervalTrigger
 from airflow_provider_delta.triggers.delta_version import DeltaVersionTrigger
 
-__all__ = ["DeltaVersionTrigger"]
+__all__ = ["DeltaIntervalTrigger", "DeltaVersionTrigger"]

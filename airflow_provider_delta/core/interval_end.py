@@ -1,0 +1,48 @@
+"""Whether a table's time interval is complete: the check the interval sensor and its trigger
+share.
+
+An interval ``[start, end)`` is complete once no commit can still get a time before ``end``:
+a commit timed at or after ``end`` exists (commit times increase with versions, by Delta's
+rules: :mod:`~airflow_provider_delta.core.commit_times`), or ``end`` lies ``grace`` in the
+past (the table is quiet; the grace covers a commit timed before ``end`` whose file shows up
+after it).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import TypedDict
+
+from airflow_provider_delta.core.commit_times import CommitClock, epoch_ms, settles_in
+from airflow_provider_delta.core.delta_log import TableLocation
+
+
+class IntervalEnd(TypedDict):
+    """What the interval sensor returns as its XCom and its trigger carries in its event."""
+
+    table_uri: str
+    interval_end: str  # ISO-8601, UTC
+    complete_by: str  # "commit": one is timed at or after the end; "grace": the grace passed
+    newest_version: int
+    newest_commit_timestamp: int  # epoch ms of ``newest_version``'s commit, by Delta's rules
+
+
+def interval_end_reached(location: TableLocation, end: dt.datetime, grace: dt.timedelta,
+                         now: dt.datetime) -> IntervalEnd | None:
+    """How the interval ending at ``end`` (aware) is complete at ``now``; None: not yet.
+
+    Costs what :class:`CommitClock` costs for the newest commit: one read where in-commit
+    timestamps are on, else a listing of the commits' file times.
+    """
+    clock = CommitClock(location)
+    end_ms = epoch_ms(end)
+    if settles_in(clock, end_ms, epoch_ms(now), grace // dt.timedelta(milliseconds=1)):
+        return None
+    newest_ms = clock.millis(clock.newest)
+    return IntervalEnd(
+        table_uri=location.table_uri,
+        interval_end=end.astimezone(dt.timezone.utc).isoformat(),
+        complete_by="commit" if newest_ms >= end_ms else "grace",
+        newest_version=clock.newest,
+        newest_commit_timestamp=newest_ms,
+    )
