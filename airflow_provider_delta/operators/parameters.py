@@ -395,6 +395,13 @@ def time_range(start: object, end: object, *, task_id: str, table_uri: str,
     return low, high
 
 
+def interval_end(value: object, *, task_id: str, table_uri: str) -> dt.datetime:
+    """A sensor's ``interval_end`` (``{{ data_interval_end }}`` by default) as an aware
+    datetime."""
+    return _interval_bound(value, "interval_end", "data_interval", task_id=task_id,
+                           table_uri=table_uri)
+
+
 def _interval_bound(value: object, parameter: str, range_from: str | None, *, task_id: str,
                     table_uri: str) -> dt.datetime:
     """One bound: an aware datetime, or an ISO-8601 string with an offset."""

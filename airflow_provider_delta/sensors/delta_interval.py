@@ -12,6 +12,7 @@ from airflow_provider_delta.core.delta_log import TableLocation
 from airflow_provider_delta.core.interval_end import IntervalEnd, interval_end_reached
 from airflow_provider_delta.errors import InvalidParameterError
 from airflow_provider_delta.hooks.delta import DeltaHook
+from airflow_provider_delta.operators import parameters
 from airflow_provider_delta.sensors.outcomes import poke_outcome, sensor_event_result
 from airflow_provider_delta.triggers.delta_interval import DeltaIntervalTrigger
 
@@ -107,7 +108,8 @@ class DeltaIntervalSensor(BaseSensorOperator):
     @cached_property
     def end(self) -> datetime:
         """``interval_end`` as an aware datetime (after templates are rendered)."""
-        return _aware_moment(self.interval_end, self.task_id, self.table_uri)
+        return parameters.interval_end(self.interval_end, task_id=self.task_id,
+                                       table_uri=self.table_uri)
 
     @cached_property
     def location(self) -> TableLocation:
@@ -115,19 +117,3 @@ class DeltaIntervalSensor(BaseSensorOperator):
         options = DeltaHook(self.delta_conn_id).get_storage_options() if self.delta_conn_id else None
         return TableLocation(self.table_uri, options)
 
-
-def _aware_moment(value: object, task_id: str, table_uri: str) -> datetime:
-    from airflow_provider_delta.core.actions import parse_datetime
-
-    try:
-        moment = value if isinstance(value, datetime) else parse_datetime(str(value))
-    except ValueError:
-        raise InvalidParameterError(
-            task_id, "interval_end", value, "is not a date and time",
-            "run it in a DAG run with a data interval, or give an aware datetime or an "
-            "ISO-8601 string such as '2026-01-31T00:00:00Z'", table_uri) from None
-    if moment.tzinfo is None or moment.utcoffset() is None:
-        raise InvalidParameterError(task_id, "interval_end", value, "has no time zone (naive)",
-                                    "give an aware datetime or an ISO-8601 string with an "
-                                    "offset, e.g. '2026-01-31T00:00:00Z'", table_uri)
-    return moment
