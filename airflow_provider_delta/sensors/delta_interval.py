@@ -57,7 +57,13 @@ class DeltaIntervalSensor(BaseSensorOperator):
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         **kwargs: Any,
     ):
+        parameters.sensor_timing(kwargs, task_id=kwargs.get("task_id"), table_uri=table_uri)
         super().__init__(**kwargs)
+        where = {"task_id": self.task_id, "table_uri": table_uri}
+        parameters.table_location(table_uri, "table_uri", task_id=self.task_id)
+        parameters.identifier(delta_conn_id, "delta_conn_id", what="a connection id, or None",
+                              **where)
+        parameters.flag(deferrable, "deferrable", **where)
         if not isinstance(interval_grace, timedelta) or interval_grace < timedelta(0):
             raise InvalidParameterError(self.task_id, "interval_grace", interval_grace,
                                         "is not a timedelta >= 0",

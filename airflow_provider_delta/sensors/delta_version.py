@@ -107,7 +107,7 @@ class DeltaVersionSensor(BaseSensorOperator):
             storage_options=storage_options, watermark_store=watermark_store,
             watermark_key=watermark_key, watermark_task_id=watermark_task_id,
             watermark_asset=watermark_asset, reset_if_ahead=reset_if_ahead,
-            deferrable=deferrable)
+            data_changes_only=data_changes_only, deferrable=deferrable)
         if isinstance(min_new_versions, bool) or not isinstance(min_new_versions, int) or min_new_versions < 1:
             raise InvalidParameterError(self.task_id, "min_new_versions", min_new_versions,
                                         "is not an int >= 1", MIN_NEW_VERSIONS_FIX, table_uri)
@@ -249,7 +249,8 @@ class DeltaVersionSensor(BaseSensorOperator):
 def _check_sensor_settings(*, task_id: str, table_uri: str, delta_conn_id: object,
                            storage_options: object, watermark_store: str, watermark_key: object,
                            watermark_task_id: object, watermark_asset: object,
-                           reset_if_ahead: object, deferrable: object) -> dict[str, str] | None:
+                           reset_if_ahead: object, data_changes_only: object,
+                           deferrable: object) -> dict[str, str] | None:
     """Parse-time checks of the sensor's settings; returns ``storage_options`` as checked."""
     where = {"task_id": task_id, "table_uri": table_uri}
     parameters.table_location(table_uri, "table_uri", task_id=task_id)
@@ -272,6 +273,7 @@ def _check_sensor_settings(*, task_id: str, table_uri: str, delta_conn_id: objec
             "drop watermark_task_id, or give watermark_store='xcom'", table_uri)
     parameters.watermark_asset_store(watermark_asset, watermark_store, **where)
     parameters.flag(reset_if_ahead, "reset_if_ahead", **where)
+    parameters.flag(data_changes_only, "data_changes_only", **where)
     parameters.flag(deferrable, "deferrable", **where)
     return parameters.storage_map(storage_options, **where)
 

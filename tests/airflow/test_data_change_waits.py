@@ -10,6 +10,7 @@ import asyncio
 import time
 from datetime import datetime
 
+import pytest
 from airflow.sdk import DAG, get_current_context, task
 
 from airflow_provider_delta.sensors import DeltaVersionSensor
@@ -195,3 +196,12 @@ def test_deferred_dag_run_sleeps_through_an_optimize(
     with commit_once_deferred(table, optimize_then_append):
         dag_run = run_dag(dag)
     assert ranges_of(dag_run) == (3, 4)
+
+
+def test_the_option_is_a_switch():
+    from airflow_provider_delta.errors import InvalidParameterError
+
+    with pytest.raises(InvalidParameterError, match="s: /t: data_changes_only='yes' is not True "
+                                                    "or False"):
+        DeltaVersionSensor(task_id="s", table_uri="/t", watermark_store="variable",
+                           data_changes_only="yes")
