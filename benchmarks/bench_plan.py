@@ -322,8 +322,8 @@ def print_summary(args, range_files: int, runs: dict, cases: list[str],
             base_cpu = statistics.median(r["cpu_seconds"] for r in base)
             base_rss = max(r["rss_mib"] for r in base)
             print(f"{'':12s} {ours_name + ' at ' + args.baseline_rev[:9]:33s} {base_s:7.2f} s "
-                  f"(CPU {base_cpu:5.2f} s)  peak RSS {base_rss:7.0f} MiB: ratio to "
-                  f"deltalake {base_s / theirs_s:.2f}x time, {base_cpu / theirs_cpu:.2f}x CPU, "
+                  f"(CPU {base_cpu:5.2f} s)  peak RSS {base_rss:7.0f} MiB: ratio to the "
+                  f"baseline {base_s / theirs_s:.2f}x time, {base_cpu / theirs_cpu:.2f}x CPU, "
                   f"{base_rss / theirs_rss:.2f}x RSS")
     after = os.getloadavg()
     print(f"load average before: {' '.join(f'{v:.2f}' for v in load_before)}, after: "
