@@ -15,8 +15,18 @@ measured (reading an XCom or Variable costs the same whatever the table's size).
 poke is then measured on S3 copies of the logs (a local moto server; ``--s3-sizes``, default
 100 and 10,000 commits, '' to skip; uploading takes a while).
 
+Then a data-change-only poke (``data_changes_only=True``) on tables of 100 and 100,000
+commits (``--data-change-sizes``) whose newest commits are an OPTIMIZE, a VACUUM (two
+commits) and a property change, the watermark just below them: first with nothing else new
+(the sensor keeps waiting), then after an append (it succeeds, from the watermark to the
+append). Each measured poke reads the new commits again (a fresh task run's probe has not
+read them; within one run the probe reads each commit once). Goal: the 100k/100 ratio stays
+<= 1.2, since a poke reads only the commits after the watermark. These tables are written as
+JSON files with one checkpoint, in a temporary folder deleted afterwards.
+
 Run: ``.venv/bin/python benchmarks/bench_sensor.py [--sizes 100,100000] [--repeat 50]
-[--s3-sizes 100,10000] [--workdir DIR]``. Tables are generated once into ``--workdir`` and reused (shared with
+[--s3-sizes 100,10000] [--data-change-sizes 100,100000] [--only-data-changes]
+[--workdir DIR]``. Tables are generated once into ``--workdir`` and reused (shared with
 bench_core.py); the 100,000-commit table takes about a minute to write.
 """
 
@@ -34,7 +44,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_core import median_seconds, print_side_by_side  # noqa: E402
 from core_s3 import moto_s3_logs  # noqa: E402
-from core_tables import build_table  # noqa: E402
+from core_tables import (  # noqa: E402
+    MAINTENANCE, append_data_commit, build_maintained_table, build_table,
+)
 from deltalake import DeltaTable  # noqa: E402
 
 from airflow_provider_delta.sensors import DeltaVersionSensor  # noqa: E402
@@ -114,6 +126,60 @@ def bench_s3_pokes(tables: dict[int, Path], repeat: int) -> dict[int, tuple[floa
         return bench_pokes(uris, repeat, options)
 
 
+def bench_data_change_pokes(tables: dict[int, Path], repeat: int
+                            ) -> dict[int, tuple[float, float]]:
+    """Median data-change-only poke per table size: with only maintenance commits after the
+    watermark, and after an append."""
+    sensors = {}
+    for commits, path in tables.items():
+        sensor = DeltaVersionSensor(task_id=f"data_{commits}", table_uri=str(path),
+                                    watermark_store="variable", data_changes_only=True)
+        sensor.store = FixedWatermark(str(path), commits - 1 - len(MAINTENANCE))
+        sensors[commits] = sensor
+
+    def poke(commits: int, waking: bool) -> None:
+        sensor = sensors[commits]
+        sensor.probe._changes_data.clear()  # as a fresh task run: the new commits are unread
+        found = sensor.poke({})
+        assert (found is not False) == waking, found
+        if waking:
+            assert found.xcom_value["end_version"] == commits
+
+    def pokes(waking: bool) -> dict[int, float]:
+        time.sleep(2.1)  # the folder settles: later pokes stat it instead of listing it
+        return median_seconds({n: (lambda n=n: poke(n, waking)) for n in tables}, repeat)
+
+    sleeping = pokes(waking=False)
+    for commits, path in tables.items():
+        append_data_commit(path, commits)
+    waking = pokes(waking=True)
+    return {n: (sleeping[n], waking[n]) for n in tables}
+
+
+def print_data_change_results(results: dict[int, tuple[float, float]]) -> None:
+    print(f"\nDeltaVersionSensor.poke(data_changes_only=True), local: {len(MAINTENANCE)} "
+          f"commits without data after the watermark ({', '.join(MAINTENANCE)})")
+    print(f"  {'commits':>9}   keeps waiting (ms)   after an append (ms)")
+    for commits, (sleeping, waking) in results.items():
+        print(f"  {commits:>9}   {sleeping * 1e3:18.3f}   {waking * 1e3:20.3f}")
+    small, large = min(results), max(results)
+    print(f"  ratio {large}/{small}: keeps waiting {results[large][0] / results[small][0]:.2f}, "
+          f"after an append {results[large][1] / results[small][1]:.2f} (goal <= 1.2)")
+
+
+def run_data_change_pokes(sizes: list[int], repeat: int) -> None:
+    with tempfile.TemporaryDirectory(prefix="bench-data-changes-") as folder:
+        tables = {}
+        for commits in sizes:
+            started = time.perf_counter()
+            tables[commits] = build_maintained_table(Path(folder) / f"commits-{commits}", commits)
+            print(f"maintained table of {commits:>7} commits ready in "
+                  f"{time.perf_counter() - started:6.1f} s")
+        print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        print_data_change_results(bench_data_change_pokes(tables, repeat))
+        print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
 def print_results(title: str, results: dict[int, tuple[float, float]]) -> None:
     print_side_by_side(title, results, " (goal <= 1.5)")
     for commits, (poke, version) in results.items():
@@ -127,8 +193,16 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=50)
     parser.add_argument("--s3-sizes", default="100,10000",
                         help="commit counts of the S3 tables ('' to skip)")
+    parser.add_argument("--data-change-sizes", default="100,100000",
+                        help="commit counts of the data-change-only tables ('' to skip)")
+    parser.add_argument("--only-data-changes", action="store_true",
+                        help="run only the data-change-only pokes")
     args = parser.parse_args()
     logging.getLogger("airflow_provider_delta").setLevel(logging.WARNING)  # one line per poke
+    data_change_sizes = sorted(int(s) for s in args.data_change_sizes.split(",") if s)
+    if args.only_data_changes:
+        run_data_change_pokes(data_change_sizes, args.repeat)
+        return
     sizes = sorted(int(s) for s in args.sizes.split(","))
     tables = {}
     for commits in sizes:
@@ -149,6 +223,9 @@ def main() -> None:
     if s3_sizes:
         s3_tables = {n: build_table(Path(args.workdir) / f"commits-{n}", n) for n in s3_sizes}
         print_results("the same on S3 (moto server)", bench_s3_pokes(s3_tables, args.repeat))
+    if data_change_sizes:
+        run_data_change_pokes(data_change_sizes, args.repeat)
+
 
 if __name__ == "__main__":
     main()

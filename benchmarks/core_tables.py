@@ -26,8 +26,9 @@ _CONFIG = {
 }
 
 
-def build_table(path: Path, commits: int) -> Path:
-    """Create (or reuse, when complete) a table at ``path`` with versions 0..commits-1."""
+def build_table(path: Path, commits: int, checkpoint_interval: int = CHECKPOINT_INTERVAL) -> Path:
+    """Create (or reuse, when complete) a table at ``path`` with versions 0..commits-1 and a
+    checkpoint every ``checkpoint_interval`` versions."""
     marker = path / "_delta_log" / f"{commits - 1:020d}.json"
     if marker.exists() and not (path / "_delta_log" / f"{commits:020d}.json").exists():
         return path
@@ -39,10 +40,48 @@ def build_table(path: Path, commits: int) -> Path:
     for version in range(1, commits):
         current = f"part-{version:07d}.parquet"
         _write_commit(path, version, previous, current)
-        if version % CHECKPOINT_INTERVAL == 0:
+        if version % checkpoint_interval == 0:
             _write_checkpoint(path, version, template, current)
         previous = current
     return path
+
+
+# What OPTIMIZE, VACUUM and SET TBLPROPERTIES commit (as deltalake writes them): no data change.
+MAINTENANCE = ("OPTIMIZE", "VACUUM START", "VACUUM END", "SET TBLPROPERTIES")
+
+
+def build_maintained_table(path: Path, commits: int) -> Path:
+    """A table of versions 0..commits-1 whose last commits are :data:`MAINTENANCE`, with one
+    checkpoint, just below them (cheap to write: one small JSON file per other commit)."""
+    base = commits - len(MAINTENANCE)
+    shutil.rmtree(path, ignore_errors=True)
+    build_table(path, base, checkpoint_interval=max(base - 1, 1))
+    log_dir = path / "_delta_log"
+    metadata = next(a for a in map(json.loads, (log_dir / f"{0:020d}.json").read_text()
+                                   .splitlines()) if "metaData" in a)
+    metadata["metaData"]["configuration"]["delta.logRetentionDuration"] = "interval 60 days"
+    millis = 1_700_000_000_000 + base
+    live = f"part-{base - 1:07d}.parquet"
+    file_actions = [
+        {"remove": {"path": live, "deletionTimestamp": millis, "dataChange": False,
+                    "partitionValues": {}, "size": 500}},
+        {"add": {"path": "part-optimized.parquet", "partitionValues": {}, "size": 500,
+                 "modificationTime": millis, "dataChange": False}},
+    ]
+    extra = {"OPTIMIZE": file_actions, "SET TBLPROPERTIES": [metadata]}
+    for version, operation in enumerate(MAINTENANCE, base):
+        actions = [{"commitInfo": {"timestamp": millis, "operation": operation}},
+                   *extra.get(operation, [])]
+        (log_dir / f"{version:020d}.json").write_text(
+            "\n".join(json.dumps(a) for a in actions) + "\n")
+    return path
+
+
+def append_data_commit(path: Path, version: int) -> None:
+    """Commit ``version``: one file added with dataChange=true (an append)."""
+    add = {"add": {"path": f"part-{version:07d}.parquet", "partitionValues": {}, "size": 500,
+                   "modificationTime": 1_700_000_000_000 + version, "dataChange": True}}
+    (path / "_delta_log" / f"{version:020d}.json").write_text(json.dumps(add) + "\n")
 
 
 def _first_add_path(checkpoint: pa.Table) -> str:

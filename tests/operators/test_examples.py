@@ -16,6 +16,8 @@ from airflow_provider_delta.operators import DeltaIncrementalOperator, DeltaTime
         ("dags_examples.time_travel", ["delta_time_travel"]),
         ("dags_examples.change_feed_merge", ["delta_change_feed_merge"]),
         ("dags_examples.load_by_time", ["delta_load_by_day"]),
+        ("dags_examples.wait_for_data",
+         ["delta_wait_for_data_changes", "delta_load_by_hour_when_complete"]),
         ("dags_examples.cluster_load",
          ["delta_incremental_standalone", "delta_incremental_yarn", "delta_incremental_k8s"]),
     ],
