@@ -117,14 +117,17 @@ def bench_snapshot(path: Path, files: int, repeat: int) -> dict[str, float]:
     }, repeat)
 
 
-def print_side_by_side(title: str, results: dict[int, tuple[float, float]], goal: str = "") -> None:
-    """Milliseconds per table size, ours next to deltalake, and the largest/smallest ratios."""
-    print(f"\n{title}\n  {'commits':>9}   ours (ms)   deltalake (ms)")
+def print_side_by_side(title: str, results: dict[int, tuple[float, float]], goal: str = "",
+                       columns: tuple[str, str] = ("ours", "deltalake")) -> None:
+    """Milliseconds per table size, in two columns (ours next to deltalake, unless named
+    otherwise), and the largest/smallest ratios (``goal`` follows the first)."""
+    first, second = (f"{name} (ms)" for name in columns)
+    print(f"\n{title}\n  {'commits':>9}   {first:>9}   {second:>14}")
     for commits, (ours, theirs) in results.items():
-        print(f"  {commits:>9}   {ours * 1e3:9.3f}   {theirs * 1e3:14.3f}")
+        print(f"  {commits:>9}   {ours * 1e3:{len(first)}.3f}   {theirs * 1e3:{max(len(second), 14)}.3f}")
     small, large = min(results), max(results)
-    print(f"  ratio {large}/{small}: ours {results[large][0] / results[small][0]:.2f}{goal}, "
-          f"deltalake {results[large][1] / results[small][1]:.2f}")
+    print(f"  ratio {large}/{small}: {columns[0]} {results[large][0] / results[small][0]:.2f}"
+          f"{goal}, {columns[1]} {results[large][1] / results[small][1]:.2f}")
 
 
 def main() -> None:

@@ -156,17 +156,6 @@ def bench_data_change_pokes(tables: dict[int, Path], repeat: int
     return {n: (sleeping[n], waking[n]) for n in tables}
 
 
-def print_data_change_results(results: dict[int, tuple[float, float]]) -> None:
-    print(f"\nDeltaVersionSensor.poke(data_changes_only=True), local: {len(MAINTENANCE)} "
-          f"commits without data after the watermark ({', '.join(MAINTENANCE)})")
-    print(f"  {'commits':>9}   keeps waiting (ms)   after an append (ms)")
-    for commits, (sleeping, waking) in results.items():
-        print(f"  {commits:>9}   {sleeping * 1e3:18.3f}   {waking * 1e3:20.3f}")
-    small, large = min(results), max(results)
-    print(f"  ratio {large}/{small}: keeps waiting {results[large][0] / results[small][0]:.2f}, "
-          f"after an append {results[large][1] / results[small][1]:.2f} (goal <= 1.2)")
-
-
 def run_data_change_pokes(sizes: list[int], repeat: int) -> None:
     with tempfile.TemporaryDirectory(prefix="bench-data-changes-") as folder:
         tables = {}
@@ -176,7 +165,11 @@ def run_data_change_pokes(sizes: list[int], repeat: int) -> None:
             print(f"maintained table of {commits:>7} commits ready in "
                   f"{time.perf_counter() - started:6.1f} s")
         print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-        print_data_change_results(bench_data_change_pokes(tables, repeat))
+        print_side_by_side(
+            f"DeltaVersionSensor.poke(data_changes_only=True), local: {len(MAINTENANCE)} "
+            f"commits without data after the watermark ({', '.join(MAINTENANCE)})",
+            bench_data_change_pokes(tables, repeat), " (goal <= 1.2)",
+            columns=("keeps waiting", "after an append"))
         print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
