@@ -35,6 +35,7 @@ DAG_IDS = {
     "local_connect_server.py": [],
     "sensor_incremental.py": ["delta_sensor_incremental"],
     "time_travel.py": ["delta_time_travel"],
+    "wait_for_data.py": ["delta_load_by_hour_when_complete", "delta_wait_for_data_changes"],
     "watch_delta_tables.py": ["delta_customers_changed", "delta_orders_changed"] if WATCHERS else [],
 }
 
