@@ -15,9 +15,11 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_provider_delta.errors import SinkTargetError
+from airflow_provider_delta.errors import MissingDataFileError, SinkTargetError
 from airflow_provider_delta.job.driver import run_job
 from airflow_provider_delta.job.plan import plan_load
+from airflow_provider_delta.job import plan
+from airflow_provider_delta.job.sinks import DeltaAppendSink
 from airflow_provider_delta.job.sinks.blind_append import ENGINE
 from airflow_provider_delta.job.sinks.targets import STAGING_FOLDER
 from tests.delta_spark.conftest import needs_delta_jars
@@ -176,3 +178,90 @@ def test_targets_neither_committer_writes_are_refused_before_spark(delta_spark, 
     spec = spec_of(source, checked, 0, 0)
     run_job(delta_spark, replace(spec, sink=replace(spec.sink, use_delta_spark=True)))
     assert _delta_rows(delta_spark, checked) == delta_rows(source)
+    txns = [a["txn"] for a in _commits(checked)[max(_commits(checked))] if "txn" in a]
+    assert [t["appId"] for t in txns] == [spec.sink.app_id] and txns[0]["lastUpdated"] > 0
+
+
+def test_versions_beyond_the_deleted_file_retention_load_while_their_files_exist(
+        delta_spark, tmp_path):
+    """A deliberate difference from Delta: Delta refuses time travel to a version older than
+    delta.deletedFileRetentionDuration (VACUUM may have taken its files); the provider reads
+    any version whose files exist, and refuses at task start, before Spark, one whose files
+    VACUUM removed."""
+    source, target = str(tmp_path / "source"), str(tmp_path / "target")
+    append_rows(source, [0, 1])
+    delta_spark.sql(f"ALTER TABLE delta.`{source}` SET TBLPROPERTIES "
+                    "('delta.deletedFileRetentionDuration' = 'interval 1 seconds', "
+                    "'delta.logRetentionDuration' = 'interval 1 seconds')")
+    delta_spark.createDataFrame([(7, "x")], "id long, name string").write.format("delta") \
+        .mode("overwrite").save(source)  # version 2 removes version 0's file
+    time.sleep(2)
+    with pytest.raises(Exception, match="BEYOND_DELETED_FILE_RETENTION_DURATION"):
+        delta_spark.read.format("delta").option("versionAsOf", 0).load(source).collect()
+
+    run_job(delta_spark, spec_of(source, target, None, 0))
+    assert delta_rows(target) == delta_rows(source, version=0)
+
+    check = "spark.databricks.delta.retentionDurationCheck.enabled"
+    delta_spark.conf.set(check, "false")
+    try:
+        delta_spark.sql(f"VACUUM delta.`{source}` RETAIN 0 HOURS")
+    finally:
+        delta_spark.conf.unset(check)
+    with pytest.raises(MissingDataFileError, match="deletedFileRetentionDuration"):
+        plan_load(spec_of(source, str(tmp_path / "other"), None, 0), check_files=True)
+
+
+class _DeltaWritesFirst(DeltaAppendSink):
+    """The real sink; Delta's writer appends a row right before each batch's first commit
+    attempt, taking the version that attempt reads as free."""
+
+    spark = None
+    appended: list[int] = []
+
+    def _commit(self, target, *args, **kwargs):
+        if getattr(self, "raced_at", None) != args[3]:  # once per batch (its start version)
+            self.raced_at = args[3]
+            row = 1000 + len(self.appended)
+            self.spark.sql(f"INSERT INTO delta.`{self.spec.path}` VALUES ({row}, 'by Delta')")
+            self.appended.append(row)
+        return super()._commit(target, *args, **kwargs)
+
+
+def test_loads_racing_deltas_writer_on_an_ict_row_tracking_target(delta_spark, tmp_path,
+                                                                  monkeypatch):
+    """Delta's writer wins the version of each batch's first commit attempt: the provider
+    rebuilds every commit on Delta's (in-commit timestamp, row ids) and loses or doubles
+    nothing."""
+    source, target = str(tmp_path / "source"), str(tmp_path / "target")
+    for i in range(4):
+        append_rows(source, [10 * i, 10 * i + 1])
+    delta_spark.sql(f"CREATE TABLE delta.`{target}` (id BIGINT, name STRING) USING delta "
+                    "TBLPROPERTIES ('delta.enableRowTracking' = 'true', "
+                    "'delta.enableInCommitTimestamps' = 'true')")
+    sinks = []
+
+    def racing_sink(spec):
+        sink = _DeltaWritesFirst(spec)
+        sink.spark, sink.appended = delta_spark, []
+        sinks.append(sink)
+        return sink
+
+    monkeypatch.setattr(plan, "make_sink", racing_sink)
+    result = run_job(delta_spark, spec_of(source, target, 0, 3, max_files=1))
+
+    (sink,) = sinks
+    assert len(result.batches) == 4 and len(sink.appended) == 4
+    assert sink.lost_races == 4  # each batch lost its first attempt, and committed once
+    assert [b.sink_version for b in result.batches] == [2, 4, 6, 8]
+    expected = delta_rows(source) + Counter({(r, "by Delta"): 1 for r in sink.appended})
+    assert _delta_rows(delta_spark, target) == expected
+    rows = delta_spark.read.format("delta").load(target).select(
+        "id", "_metadata.row_id", "_metadata.row_commit_version").collect()
+    assert len({r["row_id"] for r in rows}) == len(rows) == sum(expected.values())
+    for batch in result.batches:
+        ours = {r["row_commit_version"] for r in rows if r["id"] // 10 == batch.start_version
+                and r["id"] < 1000}
+        assert ours == {batch.sink_version}
+    stamps = [c[2] for c in _ict_commits(target, 0)]
+    assert stamps == sorted(set(stamps)) and None not in stamps
