@@ -126,15 +126,16 @@ def test_a_new_commit_makes_exactly_one_asset_event(register_dag, growing_table,
 
 
 def test_a_data_changes_only_watcher_sleeps_through_maintenance(register_dag, growing_table,
-                                                                 triggerer):
+                                                                 triggerer, tmp_path):
     """OPTIMIZE, VACUUM and a property change make no asset event; the next append does, for
     the range from the watermark on."""
     table = growing_table(3)
     register_watched(register_dag, "delta_compacted", DeltaVersionTrigger(
         table_uri=table.uri, initial=3, poll_interval=0.2, data_changes_only=True))
 
-    wait_for(lambda: watcher_trigger_started("delta_compacted"), 120,
-             "the triggerer to take the watcher")
+    log = tmp_path / "triggerer.log"
+    wait_for(lambda: "watching from version 3" in log.read_text(), 300,
+             "the watcher's first look at the table")
     assert table.maintain() == 6
     time.sleep(3)  # fifteen polls see the maintenance commits
     assert asset_events("delta_compacted") == []
