@@ -393,6 +393,21 @@ class IntervalNotOverError(DeltaProviderError):
         )
 
 
+class MergeOrderError(DeltaProviderError):
+    """A change feed range older than what a ``delta-merge`` target holds: merged now, its
+    changes would overwrite the newer rows."""
+
+    def __init__(self, table_uri: str, target: str, first: int, last: int, held: int,
+                 interval: str):
+        super().__init__(
+            f"{table_uri}: {interval} holds versions {first}..{last}, but the delta-merge "
+            f"target {target} holds the changes up to version {held} already: merged now, "
+            "their older values would overwrite newer rows. Load the intervals in order "
+            "(catch-up runs do), or rebuild the target from the first one.",
+            table_uri=table_uri,
+        )
+
+
 class AirflowVersionError(DeltaProviderError):
     """A feature of a newer Airflow than the installed one (raised at DAG parse where possible)."""
 

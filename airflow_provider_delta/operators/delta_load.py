@@ -46,7 +46,9 @@ from airflow_provider_delta.core.commit_times import (
 from airflow_provider_delta.core.delta_log import TableLocation
 from airflow_provider_delta.core.model import LoadStart
 from airflow_provider_delta.core.probe import VersionProbe
-from airflow_provider_delta.errors import IntervalNotOverError, InvalidParameterError
+from airflow_provider_delta.errors import (
+    IntervalNotOverError, InvalidParameterError, MergeOrderError,
+)
 from airflow_provider_delta.hooks.delta import DeltaHook, mask_credentials
 from airflow_provider_delta.job import driver
 from airflow_provider_delta.job.connect import ConnectJob
@@ -609,8 +611,18 @@ class DeltaIncrementalOperator(_DeltaSparkJobOperator):
         found = self._interval_versions(start, end)
         if found is None:
             return self.finish(context, JobResult(self.table_uri, "changes", None, None))
+        if self.sink == "delta-merge":
+            self._refuse_merge_out_of_order(*found, f"[{start}, {end})")
         result = self.run_request(context, LoadStart("changes", found[0]), found[1])
         return self.finish(context, result)
+
+    def _refuse_merge_out_of_order(self, first: int, last: int, interval: str) -> None:
+        """A merge applies changes in version order: an interval before the versions the
+        target holds (and not held itself: a re-run adds nothing) would undo newer changes."""
+        sink = make_sink(self.sink_spec())
+        held = sink.committed_version()
+        if held is not None and held > last and sink.first_unwritten(first, last) <= last:
+            raise MergeOrderError(self.table_uri, self.target, first, last, held, interval)
 
     def _interval_versions(self, start: datetime, end: datetime) -> tuple[int, int] | None:
         """The versions committed in [start, end), once no commit can still come in it:

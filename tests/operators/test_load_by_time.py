@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 from airflow.sdk import DAG
+from deltalake import DeltaTable
 
-from airflow_provider_delta.errors import IntervalNotOverError, InvalidParameterError
+from airflow_provider_delta.errors import IntervalNotOverError, InvalidParameterError, MergeOrderError
 from airflow_provider_delta.operators import DeltaIncrementalOperator
 
 from .conftest import append_rows, connect_connection, delta_rows
@@ -198,3 +199,39 @@ def test_asset_events_carry_the_partition_key(connect_transport, register_dag, t
             .where(AssetEvent.source_run_id == dag_run.run_id)).all())
     assert keys == {f"file://{targets['interval']}": "2024-05-01T01:00:00",
                     f"file://{targets['versions']}": "v2-v4"}
+
+
+def test_change_feed_merged_by_hour(connect_transport, run_hour, tmp_path):
+    """Updates, deletes and a merge spread over four hours, merged by key hour after hour:
+    the target equals the source; a re-run merges nothing; an hour before what a merge target
+    holds is refused (its older values would overwrite newer rows)."""
+    from tests.spark.test_change_feed import CDF_ON, write_changes
+
+    source = str(tmp_path / "source")
+    write_changes(source, CDF_ON)  # v0 create .. v5 update
+    for version, minutes in enumerate([10, 50, 60, 80, 150, 180]):
+        moment = H0 + minutes * MINUTE
+        os.utime(Path(source) / "_delta_log" / f"{version:020d}.json",
+                 ns=(_millis(moment) * 10**6,) * 2)
+
+    def merge_dag(dag_id: str, target: str) -> DAG:
+        with DAG(dag_id, schedule=timedelta(hours=1), start_date=H0) as dag:
+            DeltaIncrementalOperator(
+                task_id="load", table_uri=source, target=target, range_from="data_interval",
+                change_feed=True, sink="delta-merge", merge_keys=["id"], **connect_transport)
+        return dag
+
+    target = str(tmp_path / "target")
+    dag = merge_dag("hourly_merge", target)
+    assert [_loaded(run_hour(dag, hour)) for hour in range(4)] == [(0, 1), (2, 3), (4, 4),
+                                                                    (5, 5)]
+    assert delta_rows(target) == delta_rows(source)
+    version = DeltaTable(target).version()
+    assert _loaded(run_hour(dag, 1)) == (2, 3)  # a re-run: held already, nothing merged
+    assert DeltaTable(target).version() == version
+
+    late = merge_dag("hourly_merge_late", str(tmp_path / "late"))
+    run_hour(late, 2)
+    with pytest.raises(MergeOrderError, match=r"holds versions 0\.\.1, but the delta-merge "
+                                              r"target .* holds the changes up to version 4"):
+        late.get_task("load")._refuse_merge_out_of_order(0, 1, "[00:00, 01:00)")
