@@ -11,9 +11,14 @@ versions the target already holds adds nothing.
 from __future__ import annotations
 
 import os
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 
 from airflow.providers.common.compat.sdk import DAG
+
+try:
+    from airflow.sdk import CronDataIntervalTimetable  # Airflow 3
+except ImportError:
+    from airflow.timetables.interval import CronDataIntervalTimetable  # Airflow 2
 
 from airflow_provider_delta.operators import DeltaIncrementalOperator
 
@@ -23,9 +28,9 @@ TARGET = os.environ.get("DELTA_EXAMPLE_TARGET", "s3://lake/silver/orders_by_day"
 # [START load_by_time_daily]
 with DAG(
     "delta_load_by_day",
-    # A timedelta schedule gives each run a data interval (midnight to midnight UTC here);
-    # a cron string on Airflow 3 does not, unless its timetable is CronDataIntervalTimetable.
-    schedule=timedelta(days=1),
+    # Each run's data interval is its day, midnight to midnight UTC. On Airflow 3 a bare
+    # "@daily" or timedelta(days=1) schedule gives scheduled runs no data interval.
+    schedule=CronDataIntervalTimetable("0 0 * * *", timezone="UTC"),
     start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
     catchup=True,
 ) as dag:

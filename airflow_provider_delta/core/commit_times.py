@@ -108,7 +108,7 @@ class CommitClock:
     def __init__(self, location: TableLocation, newest: int | None = None,
                  config: dict[str, str] | None = None):
         self.location = location
-        self.newest = newest_version(location) if newest is None else newest
+        self.newest = _newest(location) if newest is None else newest
         if config is None:
             config = replay(location, self.newest).metadata.get("configuration") or {}
         self.ict_from = ict_enablement_version(config)
@@ -157,8 +157,8 @@ class CommitClock:
         """
         if self._file_times is None:
             last = self.newest if self.ict_from is None else self.ict_from - 1
-            entries = [e for e in self.location.list_log(with_mtime=True, until_version=last)
-                       if e.is_commit] if last >= 0 else []
+            entries = self.location.list_log(
+                with_mtime=True, until_version=last, commits_only=True) if last >= 0 else []
             times = monotonic_times([e.mtime_ms for e in entries])
             if self.first_ict is not None and entries:
                 cap = self._in_commit(self.first_ict) - 1
@@ -267,6 +267,14 @@ def _first_true(low: int, high: int, test: Callable[[int], bool]) -> int:
         else:
             low = middle + 1
     return low
+
+
+def _newest(location: TableLocation) -> int:
+    """The newest version, searched from ``_last_checkpoint`` on when it names a commit that
+    exists (a local log is then probed, not listed whole)."""
+    hint = location.last_checkpoint_hint()
+    since = int(hint["version"]) if hint else None
+    return newest_version(location, since if since and location.commit_exists(since) else None)
 
 
 def _location(table: Table, storage_options: dict[str, str] | None) -> TableLocation:

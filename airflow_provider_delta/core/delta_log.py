@@ -206,22 +206,25 @@ class TableLocation:
 
 
     def list_log(self, from_version: int = 0, *, with_mtime: bool = False,
-                 until_version: int | None = None) -> list[LogEntry]:
-        """Commits and checkpoints with version >= ``from_version``, sorted by name.
+                 until_version: int | None = None, commits_only: bool = False
+                 ) -> list[LogEntry]:
+        """Commits and checkpoints (``commits_only``: commits) with version >=
+        ``from_version``, sorted by name.
 
         Remote stores list from ``from_version`` (start-after); a local folder is scanned once.
         Raises TableNotFoundError when ``_delta_log`` does not exist.
         """
         if self.local_root is not None:
-            entries = self._scan_local(from_version, with_mtime, until_version)
+            entries = self._scan_local(from_version, with_mtime, until_version, commits_only)
         else:
             entries = self._list_remote(from_version, until_version)
+            entries = [e for e in entries if e.is_commit] if commits_only else entries
         if until_version is not None:
             entries = [e for e in entries if e.version <= until_version]
         return sorted(entries, key=lambda e: e.name)
 
-    def _scan_local(self, from_version: int, with_mtime: bool,
-                    until_version: int | None) -> list[LogEntry]:
+    def _scan_local(self, from_version: int, with_mtime: bool, until_version: int | None,
+                    commits_only: bool) -> list[LogEntry]:
         folder = os.path.join(self.local_root, LOG_DIR)
         try:
             scan = os.scandir(folder)
@@ -230,7 +233,7 @@ class TableLocation:
         entries = []
         with scan:
             for item in scan:
-                version = _version_of(item.name)
+                version = _commit_version(item.name) if commits_only else _version_of(item.name)
                 if version is None or version < from_version or not item.is_file():
                     continue
                 if until_version is not None and version > until_version:
@@ -287,10 +290,16 @@ def _newest_version_named(names: list[str]) -> int | None:
                 None)
 
 
+def _commit_version(name: str) -> int | None:
+    """The version of a commit file name; None for anything else."""
+    match = COMMIT_RE.match(name)
+    return int(match.group(1)) if match else None
+
+
 def _version_of(name: str) -> int | None:
     """The version of a commit or checkpoint file name; None for anything else."""
-    match = COMMIT_RE.match(name)
-    if match:
-        return int(match.group(1))
+    version = _commit_version(name)
+    if version is not None:
+        return version
     checkpoint = CheckpointFile.parse(name)
     return checkpoint.version if checkpoint else None

@@ -386,9 +386,10 @@ def time_range(start: object, end: object, *, task_id: str, table_uri: str,
     low = _interval_bound(start, "start_timestamp", range_from, **where)
     high = _interval_bound(end, "end_timestamp", range_from, **where)
     if low >= high:
-        fix = ("give the DAG a timetable with data intervals (a timedelta schedule, "
-               "CronDataIntervalTimetable, DeltaDataIntervalTimetable); a manual run or "
-               "CronTriggerTimetable gives runs an empty one" if range_from
+        fix = ("give the DAG a timetable with data intervals, "
+               "DeltaDataIntervalTimetable(timedelta(...)) or CronDataIntervalTimetable(cron, "
+               "timezone) (on Airflow 3 a timedelta or cron schedule gives scheduled runs and "
+               "backfills an empty one)" if range_from
                else "give start_timestamp < end_timestamp")
         raise InvalidParameterError(task_id, "start_timestamp", start,
                                     f"is not before end_timestamp ({end!s})", fix, table_uri)

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
-from airflow.sdk import DAG
+from airflow.sdk import DAG, DeltaDataIntervalTimetable
 from deltalake import DeltaTable
 
 from airflow_provider_delta.errors import IntervalNotOverError, InvalidParameterError, MergeOrderError
@@ -29,6 +29,9 @@ from .conftest import append_rows, connect_connection, delta_rows
 pytestmark = pytest.mark.slow
 
 H0 = datetime(2024, 5, 1, tzinfo=timezone.utc)
+# Scheduled runs and backfills of it have data intervals (on Airflow 3 a bare timedelta does
+# not give them one).
+HOURLY = DeltaDataIntervalTimetable(timedelta(hours=1))
 MINUTE = timedelta(minutes=1)
 # Commit times: v2 exactly on 01:00, v4 filed before v3 (so it counts 1 ms after v3), no commit
 # from 02:00 to 03:59, v5 one ms before 04:00 and v6 on it.
@@ -80,7 +83,7 @@ def connect_transport(connect_server, monkeypatch):
 
 
 def hourly_dag(dag_id: str, source: str, target: str, transport: dict) -> DAG:
-    with DAG(dag_id, schedule=timedelta(hours=1), start_date=H0, catchup=True) as dag:
+    with DAG(dag_id, schedule=HOURLY, start_date=H0, catchup=True) as dag:
         DeltaIncrementalOperator(task_id="load", table_uri=source, target=target,
                                  range_from="data_interval", **transport)
     return dag
@@ -184,7 +187,7 @@ def test_asset_events_carry_the_partition_key(connect_transport, register_dag, t
 
     source = file_time_source(tmp_path / "source")
     targets = {kind: str(tmp_path / kind) for kind in ("interval", "versions")}
-    with DAG("hourly_partitions", schedule=timedelta(hours=1), start_date=H0) as dag:
+    with DAG("hourly_partitions", schedule=HOURLY, start_date=H0) as dag:
         for kind, target in targets.items():
             DeltaIncrementalOperator(task_id=kind, table_uri=source, target=target,
                                      range_from="data_interval", asset_partition=kind,
@@ -215,7 +218,7 @@ def test_change_feed_merged_by_hour(connect_transport, run_hour, tmp_path):
                  ns=(_millis(moment) * 10**6,) * 2)
 
     def merge_dag(dag_id: str, target: str) -> DAG:
-        with DAG(dag_id, schedule=timedelta(hours=1), start_date=H0) as dag:
+        with DAG(dag_id, schedule=HOURLY, start_date=H0) as dag:
             DeltaIncrementalOperator(
                 task_id="load", table_uri=source, target=target, range_from="data_interval",
                 change_feed=True, sink="delta-merge", merge_keys=["id"], **connect_transport)

@@ -9,9 +9,15 @@ from datetime import datetime, timedelta, timezone
 
 from airflow.providers.common.compat.sdk import DAG
 
+try:
+    from airflow.sdk import DeltaDataIntervalTimetable  # Airflow 3
+except ImportError:
+    from airflow.timetables.interval import DeltaDataIntervalTimetable  # Airflow 2
+
 from airflow_provider_delta.operators import DeltaIncrementalOperator
 
-with DAG("hourly_by_time", schedule=timedelta(hours=1),
+# Airflow 3 gives a bare timedelta schedule trigger runs without a data interval.
+with DAG("hourly_by_time", schedule=DeltaDataIntervalTimetable(timedelta(hours=1)),
          start_date=datetime(2024, 5, 1, tzinfo=timezone.utc), catchup=False) as dag:
     DeltaIncrementalOperator(
         task_id="load", table_uri=os.environ["DELTA_SOURCE"], target=os.environ["DELTA_TARGET"],
