@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import json
 import logging
-import uuid
 import time
+import uuid
 from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
@@ -25,7 +25,7 @@ from deltalake.transaction import AddAction, create_table_with_add_actions
 
 from airflow_provider_delta.core.delta_log import TableLocation, commit_name
 from airflow_provider_delta.errors import (
-    SinkCommitConflictError, SinkHardLinksError, SinkSchemaMismatchError,
+    SinkCommitConflictError, SinkHardLinksError, SinkSchemaMismatchError, SinkTargetError,
 )
 from airflow_provider_delta.job.sinks.base import SinkWrite
 from airflow_provider_delta.job.sinks.blind_append import (
@@ -139,7 +139,7 @@ class DeltaAppendSink(DeltaTargetSink):
         have added a feature meanwhile): the staged files go if nothing can commit them."""
         try:
             self.refuse_unwritable(target)
-        except Exception:
+        except SinkTargetError:
             self._drop_staged(staging)
             raise
 
@@ -247,10 +247,7 @@ class DeltaAppendSink(DeltaTargetSink):
         version = target.next_version
         configuration = view.raw_metadata.get("configuration") or {}
         in_commit_timestamp = writes_in_commit_timestamps(view.protocol, configuration)
-        timestamp = int(time.time() * 1000)
-        if in_commit_timestamp:  # increasing, whatever the clocks of other writers say
-            previous = target.newest_in_commit_timestamp()
-            timestamp = timestamp if previous is None else max(timestamp, previous + 1)
+        timestamp = _commit_timestamp(target, in_commit_timestamp)
         row_ids = None
         if assigns_row_ids(view.protocol, configuration):
             mark = (target.records.domain(ROW_TRACKING_DOMAIN) or {}).get("rowIdHighWaterMark")
@@ -267,6 +264,14 @@ class DeltaAppendSink(DeltaTargetSink):
                  self.uri, version, self.spec.app_id, end_version)
         checkpoint_when_due(target.location, version, configuration)
         return True
+
+
+def _commit_timestamp(target: TargetLog, in_commit_timestamp: bool) -> int:
+    """The commit's time: now, and with in-commit timestamps at least the previous commit's
+    plus one millisecond (they increase, whatever the clocks of other writers say)."""
+    now = int(time.time() * 1000)
+    previous = target.newest_in_commit_timestamp() if in_commit_timestamp else None
+    return now if previous is None else max(now, previous + 1)
 
 
 def _commit_holds(location: TableLocation, version: int, adds: list[AddAction]) -> bool | None:

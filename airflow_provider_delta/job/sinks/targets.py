@@ -19,7 +19,7 @@ from airflow_provider_delta.storage import (
 # Where the delta sink stages a batch's files inside its target before committing them.
 STAGING_FOLDER = "airflow_staging"
 SOURCE_AS_TARGET_FIX = "Give a target path other than the source table's."
-DELTA_SPARK_FIX = ('Set sink="delta-spark" (Delta\'s own writer; Delta\'s jars on the cluster)')
+DELTA_SPARK_FIX = 'Set sink="delta-spark" (Delta\'s own writer; Delta\'s jars on the cluster)'
 # deltalake 1.6 decodes such an escape in a local table's path once more on reading its log.
 _ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}")
 
@@ -59,7 +59,8 @@ def refuse_unwritable_target(target_uri: str, protocol: dict, own_commit_blocker
     elif own_commit_blocker == feature:
         fix = f"{DELTA_SPARK_FIX}."
     else:
-        fix = f"{DELTA_SPARK_FIX}; or, for the own commit, remove {own_commit_blocker}."
+        fix = (f"{DELTA_SPARK_FIX}; or remove what keeps the own commit off the target "
+               f"({own_commit_blocker}).")
     raise SinkTargetError(
         target_uri, f"its protocol has table feature {feature!r}, which deltalake (which commits "
         f"{'merges' if merge else 'appends to such targets'}) cannot write{own}", fix)
