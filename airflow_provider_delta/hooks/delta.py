@@ -24,10 +24,12 @@ with a :class:`~airflow_provider_delta.errors.StorageAccessError` naming the con
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
 from airflow_provider_delta.compat import (
+    AirflowNotFoundException,
     BaseHook,
     aget_connection,
     amask_secret,
@@ -40,7 +42,14 @@ from airflow_provider_delta.get_provider_info import CONN_FIELDS, CONNECTION_FOR
 from airflow_provider_delta.hooks.storage_options import storage_options_from_connection
 from airflow_provider_delta.storage import ConnectionStorageOptions, holds_delta_log
 
-__all__ = ["DeltaHook", "mask_credentials", "storage_options_from_connection"]
+__all__ = ["DEFAULT_CONN_ID", "DeltaHook", "connection_storage_options", "mask_credentials",
+           "storage_options_from_connection"]
+
+log = logging.getLogger(__name__)
+
+# The default of every delta_conn_id (hook, sensor, trigger, operators). Used when defined;
+# when not, the table is read without a connection, as the Amazon provider treats aws_default.
+DEFAULT_CONN_ID = "delta_default"
 
 
 def mask_credentials(*options: Mapping[str, Any] | None) -> None:
@@ -61,11 +70,12 @@ class DeltaHook(BaseHook):
     """Storage options for Delta tables on object stores, from an Airflow connection.
 
     :param delta_conn_id: id of a connection of type ``delta``, ``aws``, ``wasb``, ``adls`` or
-        ``google_cloud_platform``.
+        ``google_cloud_platform`` (default ``delta_default``, as for the sensor, the trigger
+        and the operators).
     """
 
     conn_name_attr = "delta_conn_id"
-    default_conn_name = "delta_default"
+    default_conn_name = DEFAULT_CONN_ID
     conn_type = "delta"
     hook_name = "Delta Lake"
 
@@ -124,3 +134,32 @@ class DeltaHook(BaseHook):
                  else "no Delta table there (no _delta_log)")
         return (f"{location}: listed with connection {self.delta_conn_id!r} "
                 f"(type {options.conn_type}): {found}.")
+
+
+def connection_storage_options(conn_id: str | None) -> ConnectionStorageOptions | None:
+    """The storage options of connection ``conn_id``; None for no connection (``None``), or
+    for :data:`DEFAULT_CONN_ID` when it is not defined (local tables, or credentials the store
+    finds in the environment). Another connection that is not defined raises."""
+    if not conn_id:
+        return None
+    try:
+        return DeltaHook(conn_id).get_storage_options()
+    except AirflowNotFoundException:
+        return _without_default_connection(conn_id)
+
+
+async def aconnection_storage_options(conn_id: str | None) -> ConnectionStorageOptions | None:
+    """:func:`connection_storage_options` from a trigger's event loop."""
+    if not conn_id:
+        return None
+    try:
+        return await DeltaHook(conn_id).aget_storage_options()
+    except AirflowNotFoundException:
+        return _without_default_connection(conn_id)
+
+
+def _without_default_connection(conn_id: str) -> None:
+    """A connection that is not defined: fine for the default one, else re-raised."""
+    if conn_id != DEFAULT_CONN_ID:
+        raise
+    log.info("Connection %r is not defined: the table is read without one", conn_id)

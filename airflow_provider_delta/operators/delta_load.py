@@ -49,7 +49,11 @@ from airflow_provider_delta.core.probe import VersionProbe
 from airflow_provider_delta.errors import (
     IntervalNotOverError, InvalidParameterError, MergeOrderError,
 )
-from airflow_provider_delta.hooks.delta import DeltaHook, mask_credentials
+from airflow_provider_delta.hooks.delta import (
+    DEFAULT_CONN_ID,
+    connection_storage_options,
+    mask_credentials,
+)
 from airflow_provider_delta.job import driver
 from airflow_provider_delta.job.connect import ConnectJob
 from airflow_provider_delta.job.plan import plan_load
@@ -117,7 +121,7 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
         merge_keys: Sequence[str] = (),
         transform: str | None = None,
         sql: str | None = None,
-        delta_conn_id: str | None = None,
+        delta_conn_id: str | None = DEFAULT_CONN_ID,
         storage_options: dict[str, str] | None = None,
         ship_package: bool = False,
         work_dir: str | None = None,
@@ -184,12 +188,14 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
 
     @cached_property
     def source_storage_options(self) -> dict[str, str] | None:
-        """Explicit ``storage_options``, else those of ``delta_conn_id`` (resolved at run time)."""
+        """Explicit ``storage_options``, else those of ``delta_conn_id`` (resolved at run time;
+        none when it is the default connection and that is not defined)."""
         if self.storage_options is not None or not self.delta_conn_id:
             return self.storage_options
-        parameters.check_connection(self.delta_conn_id, "delta_conn_id", "delta",
-                                    task_id=self.task_id, table_uri=self.table_uri)
-        return DeltaHook(self.delta_conn_id).get_storage_options()
+        if self.delta_conn_id != DEFAULT_CONN_ID:
+            parameters.check_connection(self.delta_conn_id, "delta_conn_id", "delta",
+                                        task_id=self.task_id, table_uri=self.table_uri)
+        return connection_storage_options(self.delta_conn_id)
 
     def sink_spec(self) -> SinkSpec:
         """The sink as the driver sees it (see :func:`~.job.submit.make_sink_spec`)."""
@@ -358,7 +364,7 @@ class DeltaIncrementalOperator(_DeltaSparkJobOperator):
     :param target: where the sink writes (templated; a templated target is not declared as
         an outlet asset, since it is known only when the task runs).
     :param partition_by: the new target's partition columns (templated: each name, or one
-        template rendering to a list).
+        template rendering to a list); one bare name is one column.
     :param sink_options: the sink's writer options, e.g. ``{"mergeSchema": "true"}``
         (templated: each value, or one template rendering to a dict).
     :param sink: ``"delta"`` (default), ``"delta-merge"``, ``"delta-spark"``, another Spark
@@ -370,10 +376,15 @@ class DeltaIncrementalOperator(_DeltaSparkJobOperator):
     :param delta_conn_id: the connection with the source's (and target's) storage credentials:
         of type ``delta``, or an existing ``aws``, ``wasb``, ``adls`` or
         ``google_cloud_platform`` one (see :class:`~airflow_provider_delta.hooks.DeltaHook`).
+        Default ``delta_default``, used when it is defined (else the table is read without a
+        connection); ``None``: no connection.
     :param storage_options: object_store options given directly, instead of ``delta_conn_id``.
     :param start_version: first version of an explicit range (templated; e.g. from params).
     :param end_version: last version of an explicit range (templated; default: latest).
-    :param sensor_task_id: the sensor whose XCom holds the range.
+    :param sensor_task_id: the sensor whose XCom holds the range: a
+        :class:`~airflow_provider_delta.sensors.DeltaVersionSensor` upstream of this task, on
+        the same table, with the same ``watermark_store`` and ``watermark_key`` (for
+        ``"xcom"``: ``watermark_task_id`` naming this task); checked when the task starts.
     :param watermark_store: ``"xcom"`` (default; an XCom of this task), ``"variable"`` or
         ``"asset_state"``.
     :param watermark_key: XCom key, Variable name or asset-state key of the watermark
@@ -423,7 +434,7 @@ class DeltaIncrementalOperator(_DeltaSparkJobOperator):
         a first load from a snapshot gives its rows as inserts. Pair it with
         ``sink="delta-merge"`` and ``merge_keys`` to keep a target equal to the source.
     :param merge_keys: the key columns of ``sink="delta-merge"`` (required with it, refused
-        without it).
+        without it); one bare name is one column.
     :param ship_package: send a zip of this package with ``py_files`` (cluster mode).
     :param work_dir: where the job spec and result live; shared storage in cluster mode. Each
         try writes ``<work_dir>/<dag>.<task>.<run id>.<map index>.<try>/{spec,result}.json`` (no
@@ -442,6 +453,9 @@ class DeltaIncrementalOperator(_DeltaSparkJobOperator):
         :class:`~airflow_provider_delta.errors.SinkWriterOverlapError`: it would duplicate rows.
 
     Every other keyword goes to :class:`SparkSubmitOperator` (``conf``, ``executor_memory``, ...).
+    Returns (XCom ``return_value``) a :class:`~airflow_provider_delta.job.spec.LoadResult`.
+    Mistakes are refused when the DAG is parsed, or at the latest when the task starts (see
+    the "Mistakes caught early" page).
     """
 
     template_fields: Sequence[str] = (
@@ -715,14 +729,33 @@ class DeltaTimeTravelOperator(_DeltaSparkJobOperator):
     error and no Spark job. Transform and sink work as in :class:`DeltaIncrementalOperator`; with
     a ``"delta"`` sink the snapshot is written once (its ``txn`` version is the snapshot version).
 
+    Returns (XCom ``return_value``) a :class:`~airflow_provider_delta.job.spec.LoadResult`
+    with ``mode="snapshot"`` and ``start_version == end_version``, the version read.
+
     :param table_uri: the table (templated).
-    :param version: the table version (templated).
-    :param delta_conn_id: as in :class:`DeltaIncrementalOperator`; so are ``storage_options``,
-        ``target``, ``sink``, ``partition_by``, ``sink_options``, ``merge_keys``, ``transform``,
-        ``sql``, ``ship_package``, ``work_dir``, ``conn_id``, ``deploy_mode``, ``archives``
-        and ``allow_overlapping_writers``.
+    :param version: the table version (templated); not with ``timestamp``.
     :param timestamp: a ``datetime`` (naive means UTC) or ISO-8601 string (templated); the latest
-        commit at or before it is read.
+        commit at or before it is read; not with ``version``.
+    :param target: where the sink writes (templated), as in :class:`DeltaIncrementalOperator`.
+    :param sink: ``"delta"`` (default), ``"delta-merge"``, ``"delta-spark"``, another Spark
+        format, or ``None`` (the transform writes).
+    :param partition_by: the new target's partition columns (templated); one bare name is one
+        column.
+    :param sink_options: the sink's writer options, a dict (templated).
+    :param merge_keys: the key columns of ``sink="delta-merge"``; one bare name is one column.
+    :param transform: ``"module:function"``, called as ``function(spark, df, context)``.
+    :param sql: a query over the view ``changes``, or a ``.sql`` file (templated).
+    :param delta_conn_id: the connection with the storage credentials (default
+        ``delta_default``, used when it is defined; ``None``: no connection).
+    :param storage_options: object_store options given directly, instead of ``delta_conn_id``.
+    :param ship_package: send a zip of this package with ``py_files`` (cluster mode).
+    :param work_dir: where the job spec and result live; shared storage in cluster mode.
+    :param conn_id: the Spark connection (``spark`` or ``spark_connect``; default
+        ``spark_default``).
+    :param deploy_mode: ``client`` or ``cluster``; wins over the connection's.
+    :param archives: archives for spark-submit's ``--archives``.
+    :param allow_overlapping_writers: let this task write source versions another task already
+        committed to the same Delta target (see :class:`DeltaIncrementalOperator`).
     """
 
     template_fields: Sequence[str] = (*_DeltaSparkJobOperator.template_fields, "version",

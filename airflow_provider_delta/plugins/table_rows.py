@@ -157,12 +157,9 @@ def _probe(row: dict[str, Any]) -> tuple[int, float]:
     from airflow_provider_delta.core.probe import VersionProbe
     from airflow_provider_delta.core.versions import newest_version
 
-    options = None
-    if row["_probe_connection"]:
-        from airflow_provider_delta.hooks.delta import DeltaHook
+    from airflow_provider_delta.hooks.delta import connection_storage_options
 
-        options = DeltaHook(row["_probe_connection"]).get_storage_options()
-    probe = VersionProbe(row["table_uri"], options)
+    probe = VersionProbe(row["table_uri"], connection_storage_options(row["_probe_connection"]))
     latest = newest_version(probe.location, row["watermark"])
     return latest, lag_seconds(probe, row["watermark"], latest)
 

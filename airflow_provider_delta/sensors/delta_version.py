@@ -18,7 +18,12 @@ from airflow_provider_delta.core.probe import VersionProbe, VersionRange
 from airflow_provider_delta.errors import (
     InvalidParameterError, VersionNotAvailableError,
 )
-from airflow_provider_delta.hooks.delta import DeltaHook
+from airflow_provider_delta.hooks.delta import (
+    DEFAULT_CONN_ID,
+    DeltaHook,
+    connection_storage_options,
+    mask_credentials,
+)
 from airflow_provider_delta.operators import parameters
 from airflow_provider_delta.sensors.outcomes import poke_outcome, sensor_event_result
 from airflow_provider_delta.triggers.delta_version import MIN_NEW_VERSIONS_FIX, DeltaVersionTrigger
@@ -59,7 +64,12 @@ class DeltaVersionSensor(BaseSensorOperator):
     :param table_uri: the table (templated): a local path, ``file://``, ``s3://``, ``az://``,
         ``gs://`` URI.
     :param delta_conn_id: a connection holding object-store credentials: of type ``delta``,
-        or an existing ``aws``, ``wasb``, ``adls`` or ``google_cloud_platform`` one.
+        or an existing ``aws``, ``wasb``, ``adls`` or ``google_cloud_platform`` one. Default
+        ``delta_default``, used when it is defined (else the table is read without a
+        connection); ``None``: no connection.
+    :param storage_options: object_store options given directly, instead of
+        ``delta_conn_id``'s (as the operators take them; a deferred sensor hands them to its
+        trigger).
     :param watermark_store: ``"xcom"``, ``"variable"`` or ``"asset_state"``.
     :param watermark_key: XCom key, Variable name or asset-state key of the watermark (templated).
     :param watermark_task_id: for ``"xcom"``: the task that writes the watermark (the load task).
@@ -87,7 +97,7 @@ class DeltaVersionSensor(BaseSensorOperator):
         self,
         *,
         table_uri: str,
-        delta_conn_id: str | None = None,
+        delta_conn_id: str | None = DEFAULT_CONN_ID,
         storage_options: dict[str, str] | None = None,
         watermark_store: str = "xcom",
         watermark_key: str = "delta_watermark",
@@ -162,6 +172,7 @@ class DeltaVersionSensor(BaseSensorOperator):
                 data_changes_only=self.data_changes_only,
                 poll_interval=self.poke_interval,
                 delta_conn_id=self.delta_conn_id,
+                storage_options=self.explicit_storage_options,
                 timeout_at=time.time() + self.timeout,
                 fire_once=True,
             ),
@@ -236,9 +247,13 @@ class DeltaVersionSensor(BaseSensorOperator):
     def storage_options(self) -> dict[str, str] | None:
         """The ``storage_options`` given, else those of ``delta_conn_id`` (at run time only;
         never templated)."""
-        if self.explicit_storage_options is not None:
+        if self.explicit_storage_options is not None or not self.delta_conn_id:
+            mask_credentials(self.explicit_storage_options)
             return self.explicit_storage_options
-        return self.hook.get_storage_options() if self.hook else None
+        if self.delta_conn_id != DEFAULT_CONN_ID:
+            parameters.check_connection(self.delta_conn_id, "delta_conn_id", "delta",
+                                        task_id=self.task_id, table_uri=self.table_uri)
+        return connection_storage_options(self.delta_conn_id)
 
     @cached_property
     def probe(self) -> VersionProbe:

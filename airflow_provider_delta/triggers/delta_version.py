@@ -50,6 +50,8 @@ from airflow_provider_delta.core.probe import VersionProbe, VersionRange
 from airflow_provider_delta.errors import (
     DeltaProviderError, InvalidParameterError, TableNotFoundError,
 )
+from airflow_provider_delta.hooks.delta import DEFAULT_CONN_ID
+from airflow_provider_delta.operators import parameters
 from airflow_provider_delta.storage import to_uri
 from airflow_provider_delta.triggers.pollers import Poll, PollKey, backoff_seconds, registry
 from airflow_provider_delta.watermarks import (
@@ -66,7 +68,7 @@ PROGRESS_LOG_SECONDS = 60.0
 MIN_NEW_VERSIONS_FIX = "give how many new versions to wait for: 1 or more"
 # The trigger's parameters, as serialize() hands them to the triggerer.
 _SERIALIZED = ("table_uri", "start_version", "initial", "min_new_versions", "poll_interval",
-               "delta_conn_id", "timeout_at", "fire_once", "state_key", "max_backoff",
+               "delta_conn_id", "storage_options", "timeout_at", "fire_once", "state_key", "max_backoff",
                "data_changes_only")
 
 
@@ -83,8 +85,11 @@ class DeltaVersionTrigger(BaseEventTrigger):
     :param data_changes_only: only versions that change data make an event (as for
         :class:`~airflow_provider_delta.sensors.DeltaVersionSensor`).
     :param poll_interval: seconds between listings.
-    :param delta_conn_id: connection with the storage credentials, if any (``delta``, ``aws``,
-        ``wasb``, ``adls`` or ``google_cloud_platform``).
+    :param delta_conn_id: connection with the storage credentials (``delta``, ``aws``,
+        ``wasb``, ``adls`` or ``google_cloud_platform``). Default ``delta_default``, used when
+        it is defined (else the table is read without a connection); ``None``: no connection.
+    :param storage_options: object_store options given directly, instead of
+        ``delta_conn_id``'s.
     :param timeout_at: epoch seconds after which a ``fire_once`` trigger sends ``timeout``.
     :param fire_once: end after the first event (deferred sensors).
     :param state_key: asset state key of a watcher's watermark.
@@ -99,7 +104,8 @@ class DeltaVersionTrigger(BaseEventTrigger):
         initial: Initial = "snapshot",
         min_new_versions: int = 1,
         poll_interval: float = 60.0,
-        delta_conn_id: str | None = None,
+        delta_conn_id: str | None = DEFAULT_CONN_ID,
+        storage_options: dict[str, str] | None = None,
         timeout_at: float | None = None,
         fire_once: bool = False,
         state_key: str = WATCHER_STATE_KEY,
@@ -107,13 +113,15 @@ class DeltaVersionTrigger(BaseEventTrigger):
         data_changes_only: bool = False,
     ):
         super().__init__()
-        _check_settings(table_uri, min_new_versions, poll_interval, fire_once)
+        storage_options = _check_settings(table_uri, min_new_versions, poll_interval, fire_once,
+                                          delta_conn_id, storage_options)
         self.table_uri = table_uri
         self.start_version = start_version
         self.initial = validate_initial(initial, table_uri)
         self.min_new_versions = min_new_versions
         self.poll_interval = poll_interval
         self.delta_conn_id = delta_conn_id
+        self.storage_options = storage_options
         self.timeout_at = timeout_at
         self.fire_once = fire_once
         self.state_key = state_key
@@ -142,7 +150,8 @@ class DeltaVersionTrigger(BaseEventTrigger):
         """The polls of the table in ``kwargs``, shared by every trigger of the process."""
         key = cls(**kwargs)._poll_key()
         return registry().subscribe(key, partial(open_probe, kwargs["table_uri"],
-                                                 kwargs["delta_conn_id"]))
+                                                 kwargs["delta_conn_id"],
+                                                 kwargs.get("storage_options")))
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         """Where the triggerer does not share streams: the same polls, shared by the registry."""
@@ -154,7 +163,7 @@ class DeltaVersionTrigger(BaseEventTrigger):
                                    ) -> AsyncIterator[TriggerEvent]:
         """This trigger's events, from its own first check and then the table's shared polls."""
         try:
-            probe = await open_probe(self.table_uri, self.delta_conn_id)
+            probe = await open_probe(self.table_uri, self.delta_conn_id, self.storage_options)
             start = LoadStart("changes", self.start_version)
             if self.start_version is None:
                 start = await self._retrying(self._start_from_watermark, probe)
@@ -291,7 +300,8 @@ class DeltaVersionTrigger(BaseEventTrigger):
 
     def _poll_key(self) -> PollKey:
         return PollKey(to_uri(self.table_uri), self.delta_conn_id, float(self.poll_interval),
-                       float(self.max_backoff))
+                       float(self.max_backoff),
+                       tuple(sorted((self.storage_options or {}).items())))
 
     async def _start_from_watermark(self, probe: VersionProbe) -> LoadStart:
         """A watcher's start: after its stored watermark, else as ``initial`` says."""
@@ -322,18 +332,26 @@ class DeltaVersionTrigger(BaseEventTrigger):
 
 
 def _check_settings(table_uri: str, min_new_versions: int, poll_interval: float,
-                    fire_once: bool) -> None:
-    """Refuse, at construction, settings a trigger cannot run with."""
+                    fire_once: bool, delta_conn_id: str | None,
+                    storage_options: dict[str, str] | None) -> dict[str, str] | None:
+    """Refuse, at construction, settings a trigger cannot run with; returns
+    ``storage_options`` as checked."""
     if not fire_once:  # only a deferred sensor's trigger runs on Airflow 2
         require_airflow(ASSET_WATCHER, "poll with DeltaVersionSensor (deferrable=True) on a "
                         "schedule instead", table_uri=table_uri)
-    if min_new_versions < 1:
+    parameters.table_location(table_uri, "table_uri", task_id=None)
+    parameters.identifier(delta_conn_id, "delta_conn_id", task_id=None, table_uri=table_uri,
+                          what="a connection id, or None")
+    if isinstance(min_new_versions, bool) or not isinstance(min_new_versions, int) or (
+            min_new_versions < 1):
         raise InvalidParameterError(None, "min_new_versions", min_new_versions, "is below 1",
                                     MIN_NEW_VERSIONS_FIX, table_uri)
-    if poll_interval <= 0:
+    if isinstance(poll_interval, bool) or not isinstance(poll_interval, (int, float)) or (
+            poll_interval <= 0):
         raise InvalidParameterError(None, "poll_interval", poll_interval,
                                     "is not above 0 seconds",
                                     "give the seconds between two looks at the log", table_uri)
+    return parameters.storage_map(storage_options, task_id=None, table_uri=table_uri)
 
 
 def _timeout_event(trigger: DeltaVersionTrigger, start_version: int) -> TriggerEvent:
@@ -367,10 +385,13 @@ class ProgressPace:
         return True
 
 
-async def open_probe(table_uri: str, delta_conn_id: str | None) -> VersionProbe:
-    """A probe of the table, with the storage options of ``delta_conn_id`` (if any)."""
-    if not delta_conn_id:
-        return VersionProbe(table_uri)
-    from airflow_provider_delta.hooks.delta import DeltaHook
+async def open_probe(table_uri: str, delta_conn_id: str | None,
+                     storage_options: dict[str, str] | None = None) -> VersionProbe:
+    """A probe of the table, with ``storage_options`` if given, else those of
+    ``delta_conn_id`` (if any)."""
+    from airflow_provider_delta.hooks.delta import aconnection_storage_options, amask_credentials
 
-    return VersionProbe(table_uri, await DeltaHook(delta_conn_id).aget_storage_options())
+    if storage_options is not None:
+        await amask_credentials(storage_options)
+        return VersionProbe(table_uri, storage_options)
+    return VersionProbe(table_uri, await aconnection_storage_options(delta_conn_id))

@@ -39,6 +39,7 @@ class PollKey:
     delta_conn_id: str | None
     poll_interval: float
     max_backoff: float
+    storage_options: tuple[tuple[str, str], ...] = ()  # given instead of delta_conn_id's
 
 
 @dataclass(frozen=True)

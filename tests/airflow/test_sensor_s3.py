@@ -36,14 +36,25 @@ def connection_of_type(conn_type: str, s3_options: dict[str, str]) -> dict:
         "region_name": "us-east-1", "service_config": {"s3": {"endpoint_url": endpoint}}}}
 
 
-@pytest.mark.parametrize("conn_type", ["delta", "aws"])
+@pytest.mark.parametrize("conn_type", ["delta", "aws", "delta_default", "storage_options"])
 def test_sensor_and_trigger_on_s3_with_a_connection(
     run_dag, s3_options, s3_table, monkeypatch, ranges_of, commit_once_deferred, capfd, conn_type
 ):
-    monkeypatch.setenv("AIRFLOW_CONN_LAKE_S3", json.dumps(connection_of_type(conn_type, s3_options)))
+    """Credentials from a named connection, from ``delta_default`` without naming it (the
+    default of every ``delta_conn_id``), or given as ``storage_options`` as to the operators."""
+    credentials = {"delta_conn_id": "lake_s3"}
+    if conn_type == "storage_options":
+        credentials = {"storage_options": dict(s3_options)}
+    elif conn_type == "delta_default":
+        credentials = {}
+        monkeypatch.setenv("AIRFLOW_CONN_DELTA_DEFAULT",
+                           json.dumps(connection_of_type("delta", s3_options)))
+    else:
+        monkeypatch.setenv("AIRFLOW_CONN_LAKE_S3",
+                           json.dumps(connection_of_type(conn_type, s3_options)))
     with DAG("delta_s3", schedule=None, start_date=datetime(2024, 1, 1), catchup=False) as dag:
         sense = DeltaVersionSensor(
-            task_id="sense", table_uri=s3_table.uri, delta_conn_id="lake_s3",
+            task_id="sense", table_uri=s3_table.uri, **credentials,
             watermark_store="variable", watermark_key="s3_watermark", initial="earliest",
             deferrable=True, poke_interval=0.2, timeout=60,
         )

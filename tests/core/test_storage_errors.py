@@ -89,10 +89,19 @@ def test_sensor_and_trigger_fail_at_once_on_refused_credentials(
     assert event["status"] == "error" and "refused access" in event["message"]
 
 
-def test_trigger_ends_at_once_on_an_unknown_scheme():
+def test_trigger_refuses_an_unknown_scheme_when_built():
+    from airflow_provider_delta.errors import InvalidParameterError
     from airflow_provider_delta.triggers import DeltaVersionTrigger
 
-    trigger = DeltaVersionTrigger(table_uri="s4://lake/orders", start_version=1, fire_once=True,
-                                  poll_interval=0.05)
+    with pytest.raises(InvalidParameterError, match="^table_uri='s4://lake/orders' has the "
+                                                    "scheme s4:, which no store"):
+        DeltaVersionTrigger(table_uri="s4://lake/orders", start_version=1, fire_once=True)
+
+
+def test_trigger_ends_at_once_on_a_store_it_cannot_open():
+    from airflow_provider_delta.triggers import DeltaVersionTrigger
+
+    trigger = DeltaVersionTrigger(table_uri="az://lake/orders", start_version=1, fire_once=True,
+                                  poll_interval=0.05)  # no account: obstore refuses the store
     event = asyncio.run(asyncio.wait_for(anext(trigger.run()), timeout=30)).payload
     assert event["status"] == "error" and "retried" not in event["message"]

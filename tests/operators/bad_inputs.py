@@ -506,6 +506,9 @@ CASES: list[BadInput] = [
     BadInput("credentials", "a `delta_conn_id` that does not exist",
              lambda s: s.incremental(delta_conn_id="no_such_delta"),
              InvalidParameterError, "delta_conn_id='no_such_delta' is not a defined connection"),
+    BadInput("credentials", "a sensor's `delta_conn_id` that does not exist",
+             lambda s: s.sensor(delta_conn_id="no_such_delta"), InvalidParameterError,
+             "wait: {source}: delta_conn_id='no_such_delta' is not a defined connection"),
     # -- damaged logs and checkpoints ---------------------------------------------------------
     BadInput("damaged logs", "a commit missing inside the range",
              lambda s: _then(lambda: s.commit(1).unlink(), lambda: s.incremental()),
