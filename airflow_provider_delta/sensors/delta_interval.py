@@ -11,7 +11,7 @@ from airflow_provider_delta.compat import BaseSensorOperator, PokeReturnValue, c
 from airflow_provider_delta.core.delta_log import TableLocation
 from airflow_provider_delta.core.interval_end import IntervalEnd, interval_end_reached
 from airflow_provider_delta.errors import InvalidParameterError
-from airflow_provider_delta.hooks.delta import DeltaHook
+from airflow_provider_delta.hooks.delta import DEFAULT_CONN_ID, connection_storage_options
 from airflow_provider_delta.operators import parameters
 from airflow_provider_delta.sensors.outcomes import poke_outcome, sensor_event_result
 from airflow_provider_delta.triggers.delta_interval import DeltaIntervalTrigger
@@ -40,7 +40,8 @@ class DeltaIntervalSensor(BaseSensorOperator):
     :param interval_grace: how long after the end a table without a later commit is taken
         as complete (default one minute, as the load's ``interval_grace``).
     :param delta_conn_id: a connection holding object-store credentials (as for
-        :class:`~airflow_provider_delta.sensors.DeltaVersionSensor`).
+        :class:`~airflow_provider_delta.sensors.DeltaVersionSensor`; default
+        ``delta_default``, used when it is defined).
     :param deferrable: wait in the triggerer instead of a worker slot.
     """
 
@@ -53,7 +54,7 @@ class DeltaIntervalSensor(BaseSensorOperator):
         table_uri: str,
         interval_end: datetime | str = "{{ data_interval_end }}",
         interval_grace: timedelta = timedelta(minutes=1),
-        delta_conn_id: str | None = None,
+        delta_conn_id: str | None = DEFAULT_CONN_ID,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         **kwargs: Any,
     ):
@@ -120,6 +121,8 @@ class DeltaIntervalSensor(BaseSensorOperator):
     @cached_property
     def location(self) -> TableLocation:
         """The table's log, with the storage options of ``delta_conn_id`` (at run time only)."""
-        options = DeltaHook(self.delta_conn_id).get_storage_options() if self.delta_conn_id else None
-        return TableLocation(self.table_uri, options)
+        if self.delta_conn_id and self.delta_conn_id != DEFAULT_CONN_ID:
+            parameters.check_connection(self.delta_conn_id, "delta_conn_id", "delta",
+                                        task_id=self.task_id, table_uri=self.table_uri)
+        return TableLocation(self.table_uri, connection_storage_options(self.delta_conn_id))
 

@@ -18,6 +18,7 @@ from typing import Any
 from airflow_provider_delta.compat import BaseTrigger, TriggerEvent
 from airflow_provider_delta.core.interval_end import interval_end_reached
 from airflow_provider_delta.errors import DeltaProviderError
+from airflow_provider_delta.hooks.delta import DEFAULT_CONN_ID
 from airflow_provider_delta.triggers.delta_version import open_probe
 
 
@@ -28,12 +29,13 @@ class DeltaIntervalTrigger(BaseTrigger):
     :param interval_end: the interval's end, ISO-8601 with an offset.
     :param grace_seconds: how long after the end a quiet table's interval counts as complete.
     :param poll_interval: seconds between checks.
-    :param delta_conn_id: connection with the storage credentials, if any.
+    :param delta_conn_id: connection with the storage credentials (default ``delta_default``,
+        used when it is defined; ``None``: no connection).
     :param timeout_at: epoch seconds after which the trigger sends ``timeout``.
     """
 
     def __init__(self, *, table_uri: str, interval_end: str, grace_seconds: float,
-                 poll_interval: float = 60.0, delta_conn_id: str | None = None,
+                 poll_interval: float = 60.0, delta_conn_id: str | None = DEFAULT_CONN_ID,
                  timeout_at: float | None = None):
         super().__init__()
         self.table_uri = table_uri

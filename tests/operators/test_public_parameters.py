@@ -10,11 +10,13 @@ import pytest
 
 from airflow_provider_delta.hooks.delta import DEFAULT_CONN_ID, DeltaHook
 from airflow_provider_delta.operators import DeltaIncrementalOperator, DeltaTimeTravelOperator
-from airflow_provider_delta.sensors import DeltaVersionSensor
-from airflow_provider_delta.triggers import DeltaVersionTrigger
+from airflow_provider_delta.sensors.delta_interval import DeltaIntervalSensor
+from airflow_provider_delta.sensors.delta_version import DeltaVersionSensor
+from airflow_provider_delta.triggers.delta_interval import DeltaIntervalTrigger
+from airflow_provider_delta.triggers.delta_version import DeltaVersionTrigger
 
 PUBLIC = [DeltaIncrementalOperator, DeltaTimeTravelOperator, DeltaVersionSensor,
-          DeltaVersionTrigger, DeltaHook]
+          DeltaVersionTrigger, DeltaIntervalSensor, DeltaIntervalTrigger, DeltaHook]
 
 
 def _parameters(cls: type) -> dict[str, inspect.Parameter]:
