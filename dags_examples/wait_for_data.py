@@ -20,6 +20,11 @@ from datetime import datetime, timedelta, timezone
 
 from airflow.providers.common.compat.sdk import DAG
 
+try:
+    from airflow.sdk import DeltaDataIntervalTimetable  # Airflow 3
+except ImportError:
+    from airflow.timetables.interval import DeltaDataIntervalTimetable  # Airflow 2
+
 from airflow_provider_delta.operators import DeltaIncrementalOperator
 from airflow_provider_delta.sensors import DeltaIntervalSensor, DeltaVersionSensor
 
@@ -59,7 +64,9 @@ with DAG(
 # [START wait_for_interval]
 with DAG(
     dag_id="delta_load_by_hour_when_complete",
-    schedule=timedelta(hours=1),  # runs with data intervals: [hh:00, hh+1:00)
+    # Each run's data interval is its hour; on Airflow 3 a bare timedelta(hours=1) schedule
+    # gives scheduled runs no data interval.
+    schedule=DeltaDataIntervalTimetable(timedelta(hours=1)),
     start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
     catchup=False,
 ) as interval_dag:

@@ -11,7 +11,9 @@ import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from airflow.sdk import DAG, PokeReturnValue, get_current_context, task
+from airflow.sdk import (
+    DAG, DeltaDataIntervalTimetable, PokeReturnValue, get_current_context, task,
+)
 
 from airflow_provider_delta.errors import InvalidParameterError
 from airflow_provider_delta.sensors import DeltaIntervalSensor
@@ -105,8 +107,8 @@ def test_trigger_timeout_and_serialization(tmp_path):
 def interval_dag(dag_id: str, table_uri: str, **sensor_kwargs) -> DAG:
     """An hourly DAG: ``complete`` (its interval_end is the default template) >> ``load``,
     which stands in for the time-range load and returns the sensor's XCom."""
-    with DAG(dag_id, schedule=timedelta(hours=1), start_date=datetime(2024, 1, 1),
-             catchup=False) as dag:
+    with DAG(dag_id, schedule=DeltaDataIntervalTimetable(timedelta(hours=1)),
+             start_date=datetime(2024, 1, 1), catchup=False) as dag:
         complete = DeltaIntervalSensor(task_id="complete", table_uri=table_uri,
                                        **{"poke_interval": 0.1, "timeout": 60, **sensor_kwargs})
 

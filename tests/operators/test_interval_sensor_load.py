@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from airflow.sdk import DAG
+from airflow.sdk import DAG, DeltaDataIntervalTimetable
 
 from airflow_provider_delta.operators import DeltaIncrementalOperator
 from airflow_provider_delta.sensors import DeltaIntervalSensor
@@ -21,7 +21,8 @@ def test_each_hour_waits_for_its_end_then_loads_it(connect_transport, register_d
                                                     task_states, tmp_path):
     source = file_time_source(tmp_path / "source")
     target = str(tmp_path / "target")
-    with DAG("interval_sensor_load", schedule=timedelta(hours=1), start_date=H0,
+    with DAG("interval_sensor_load", schedule=DeltaDataIntervalTimetable(timedelta(hours=1)),
+             start_date=H0,
              catchup=True) as dag:
         DeltaIntervalSensor(task_id="complete", table_uri=source, poke_interval=0.1, timeout=60,
                             interval_grace=timedelta(hours=1)) >> DeltaIncrementalOperator(
