@@ -323,29 +323,102 @@ def test_deferred_sensor_waits_in_a_real_triggerer(user_dag, triggerer, tmp_path
                      triggerer.read_text())
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(airflow_at_least("3.0.0"), reason="Airflow 3's backfill create only "
-                    "queues runs for a scheduler (tests/operators/test_load_by_time.py)")
-def test_airflow_2_backfill_loads_each_data_interval(user_env, tmp_path):
-    """``airflow dags backfill`` over three hours: each run loads the versions committed in
-    its data interval (one exactly on 01:00, none from 02:00 to 03:00)."""
+def hourly_source(user_env, tmp_path) -> tuple[dict[str, str], str, str]:
+    """Commits at 00:30, 01:00 (exactly), 01:30, 03:10 and 04:00, the hourly DAG in the DAG
+    folder, and the environment its tasks read the tables from."""
     from airflow.configuration import conf
 
     source, target = str(tmp_path / "source"), str(tmp_path / "target")
     hour = datetime(2024, 5, 1, tzinfo=timezone.utc)
-    commits = [hour + timedelta(minutes=m) for m in (30, 60, 90, 190, 240)]
-    for version, moment in enumerate(commits):
+    for version, minutes in enumerate((30, 60, 90, 190, 240)):
         append(source, [10 * version, 10 * version + 1])
-        os.utime(Path(source) / "_delta_log" / f"{version:020d}.json",
-                 ns=(int(moment.timestamp()) * 10**9,) * 2)
+        moment = int((hour + timedelta(minutes=minutes)).timestamp()) * 10**9
+        os.utime(Path(source) / "_delta_log" / f"{version:020d}.json", ns=(moment, moment))
     dags = Path(conf.get("core", "dags_folder"))
     dags.mkdir(parents=True, exist_ok=True)
     shutil.copy(HERE / "hourly_by_time_dag.py", dags / "hourly_by_time_dag.py")
-    env = {**user_env, "DELTA_SOURCE": source, "DELTA_TARGET": target}
-    done = subprocess.run(
-        [str(Path(sys.executable).with_name("airflow")), "dags", "backfill", "-s",
-         "2024-05-01T01:00:00+00:00", "-e", "2024-05-01T03:00:00+00:00", "hourly_by_time"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1200)
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    return {**user_env, "DELTA_SOURCE": source, "DELTA_TARGET": target}, source, target
+
+
+def assert_each_hour_loaded(target: str) -> None:
+    """The hours from 01:00 to 04:00: versions 1..2, none, 3..3; each row once."""
     assert loaded_ranges(target) == ["1..2", "3..3"]
     assert rows(target) == Counter((i,) for i in (10, 11, 20, 21, 30, 31))
+
+
+def airflow_command(*args: str, env: dict[str, str], cwd: Path, timeout: float = 600
+                    ) -> subprocess.CompletedProcess:
+    done = subprocess.run([str(Path(sys.executable).with_name("airflow")), *args], cwd=cwd,
+                          env=env, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    return done
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(airflow_at_least("3.0.0"), reason="Airflow 3: airflow backfill create")
+def test_airflow_2_backfill_loads_each_data_interval(user_env, tmp_path):
+    """``airflow dags backfill`` over three hours (a BackfillJob running each task): each run
+    loads the versions committed in its data interval."""
+    env, _, target = hourly_source(user_env, tmp_path)
+    airflow_command("dags", "backfill", "-s", "2024-05-01T01:00:00+00:00", "-e",
+                    "2024-05-01T03:00:00+00:00", "hourly_by_time", env=env, cwd=tmp_path,
+                    timeout=1200)
+    assert_each_hour_loaded(target)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not airflow_at_least("3.0.0"), reason="Airflow 2: airflow dags backfill")
+def test_airflow_3_backfill_create_loads_each_data_interval(user_env, tmp_path):
+    """``airflow backfill create`` over three hours, run by a real scheduler (LocalExecutor),
+    DAG processor and API server: each run loads its data interval's versions."""
+    env, _, target = hourly_source(user_env, tmp_path)
+    port = _free_port()
+    env.update({"AIRFLOW__CORE__EXECUTOR": "LocalExecutor", "AIRFLOW__CORE__PARALLELISM": "2",
+                "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+                "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+                "AIRFLOW__API_AUTH__JWT_SECRET": "backfill-test-jwt-secret-0123456789",
+                "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5"})
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    airflow = str(Path(sys.executable).with_name("airflow"))
+    commands = {"api-server": ["api-server", "--port", str(port)], "dag-processor":
+                ["dag-processor"], "scheduler": ["scheduler"]}
+    processes = []
+    try:
+        for name, command in commands.items():
+            with (logs / f"{name}.log").open("wb") as out:
+                processes.append(subprocess.Popen([airflow, *command], stdout=out,
+                                                  stderr=subprocess.STDOUT, env=env))
+        wait_for(lambda: "hourly_by_time" in airflow_command(
+            "dags", "list", env=env, cwd=tmp_path).stdout, 300, "the DAG to be parsed")
+        airflow_command("dags", "unpause", "hourly_by_time", env=env, cwd=tmp_path)
+        airflow_command("backfill", "create", "--dag-id", "hourly_by_time", "--from-date",
+                        "2024-05-01T01:00:00+00:00", "--to-date", "2024-05-01T03:00:00+00:00",
+                        env=env, cwd=tmp_path)
+        wait_for(lambda: backfill_states("hourly_by_time") == ["success"] * 3, 900,
+                 "the three backfill runs to succeed")
+    finally:
+        for process in reversed(processes):
+            stop(process, timeout=60)
+    assert_each_hour_loaded(target)
+
+
+def backfill_states(dag_id: str) -> list[str]:
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        runs = session.scalars(select(DagRun).where(DagRun.dag_id == dag_id,
+                                                    DagRun.run_type == "backfill")).all()
+        states = [str(run.state) for run in runs]
+    assert "failed" not in states, states
+    return states
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
