@@ -184,3 +184,13 @@ def test_targets_nothing_here_writes_are_refused_before_spark(tmp_path):
     with pytest.raises(SinkTargetError, match="deltalake \\(which commits merges\\)"):
         plan_load(spec_of(source, target, 0, 0, change_feed=True))
     assert not Path(target, STAGING_FOLDER).exists()
+
+
+def test_new_columns_on_a_target_deltalake_cannot_alter_are_refused_before_writing(
+        spark, tmp_path):
+    target = _ict_row_tracking_target(tmp_path / "target")
+    spec = SinkSpec(kind="delta", path=target, app_id="app-1",
+                    options={"mergeSchema": "true"})
+    with pytest.raises(SinkTargetError, match="'domainMetadata'.*own commit cannot write "
+                       "this target \\(the rows add columns, which only deltalake adds\\)"):
+        DeltaAppendSink(spec).check(spark.createDataFrame([(2, "x")], "id long, extra string"))

@@ -80,6 +80,10 @@ class DeltaAppendSink(DeltaTargetSink):
         if self._deltalake_commits(target):
             target.prefetch()
         check_rows(self.spec, target.view(), df)
+        view = target.view()
+        if view is not None and new_columns(self.spec, view, delta_schema(df)):
+            refuse_unwritable_target(self.uri, view.protocol,
+                                     "the rows add columns, which only deltalake adds")
 
     def _deltalake_commits(self, target: TargetLog) -> str | None:
         """Why deltalake rather than this sink commits on ``target`` (None: this sink does),
