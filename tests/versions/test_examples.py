@@ -164,3 +164,23 @@ def test_change_feed_merge(run_dag_file, example_env):
                                       "name": ["dee"]}), mode="append")
     assert run_example(run_dag_file, example_env, "change_feed_merge.py") == expected
     assert rows(target) == rows(source)  # the changes, merged by customer_id
+
+
+def test_hourly_interval_example_has_data_intervals(airflow_db, monkeypatch):
+    """The scheduler's view of the hourly interval example: each run's data interval is the
+    hour before it (a bare timedelta on Airflow 3 gives an empty interval, refused by the
+    time-range load)."""
+    # Airflow 3's default, which its unit-test configuration turns around.
+    for key in ("CRON", "DELTA"):
+        monkeypatch.setenv(f"AIRFLOW__SCHEDULER__CREATE_{key}_DATA_INTERVALS", "False")
+    import pendulum
+    try:
+        from airflow.serialization.serialized_objects import DagSerialization  # Airflow >= 3.2
+    except ImportError:
+        from airflow.serialization.serialized_objects import SerializedDAG as DagSerialization
+
+    dag = dag_bag(EXAMPLES / "wait_for_data.py").dags["delta_load_by_hour_when_complete"]
+    timetable = DagSerialization.from_dict(DagSerialization.to_dict(dag)).timetable
+    run_after = pendulum.datetime(2026, 1, 2, 5, 0, tz="UTC")
+    interval = timetable.infer_manual_data_interval(run_after=run_after)
+    assert (interval.start, interval.end) == (run_after.subtract(hours=1), run_after)
