@@ -13,6 +13,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 
+from airflow_provider_delta.credential_keys import credential_key_names
 from airflow_provider_delta.errors import InvalidParameterError
 from airflow_provider_delta.job.spec import DELTA_SINK_NAMES
 from airflow_provider_delta.storage import STORE_SCHEMES, location_problem, normalised_location
@@ -120,6 +121,23 @@ def storage_map(value: object, *, task_id: str | None, table_uri: str
     return None if value is None else string_map(
         value, "storage_options", task_id=task_id, table_uri=table_uri,
         example="{'AWS_REGION': 'eu-west-1'}")
+
+
+def stored_storage_map(value: object, *, task_id: str | None, table_uri: str
+                       ) -> dict[str, str] | None:
+    """``storage_options`` a trigger keeps in the metadata DB: without credentials, which
+    would be stored there unmasked (a connection keeps them in the secrets backend)."""
+    options = storage_map(value, task_id=task_id, table_uri=table_uri)
+    secrets = credential_key_names(options)
+    if secrets:
+        shown = {key: "***" if key in secrets else option for key, option in options.items()}
+        raise InvalidParameterError(
+            task_id, "storage_options", shown,
+            f"holds credentials ({', '.join(secrets)}), which a trigger stores unmasked in "
+            "Airflow's metadata DB",
+            "put them in a connection and give delta_conn_id (storage_options may keep the "
+            "other settings)", table_uri)
+    return options
 
 
 def is_templated(value: object) -> bool:

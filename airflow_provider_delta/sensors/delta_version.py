@@ -68,8 +68,9 @@ class DeltaVersionSensor(BaseSensorOperator):
         ``delta_default``, used when it is defined (else the table is read without a
         connection); ``None``: no connection.
     :param storage_options: object_store options given directly, instead of
-        ``delta_conn_id``'s (as the operators take them; a deferred sensor hands them to its
-        trigger).
+        ``delta_conn_id``'s (as the operators take them). A deferred sensor hands them to its
+        trigger, which Airflow stores in its metadata DB: with ``deferrable=True`` credentials
+        (keys such as ``AWS_SECRET_ACCESS_KEY``) are refused; give them in ``delta_conn_id``.
     :param watermark_store: ``"xcom"``, ``"variable"`` or ``"asset_state"``.
     :param watermark_key: XCom key, Variable name or asset-state key of the watermark (templated).
     :param watermark_task_id: for ``"xcom"``: the task that writes the watermark (the load task).
@@ -290,6 +291,8 @@ def _check_sensor_settings(*, task_id: str, table_uri: str, delta_conn_id: objec
     parameters.flag(reset_if_ahead, "reset_if_ahead", **where)
     parameters.flag(data_changes_only, "data_changes_only", **where)
     parameters.flag(deferrable, "deferrable", **where)
+    if deferrable:  # the trigger keeps them in the metadata DB
+        return parameters.stored_storage_map(storage_options, **where)
     return parameters.storage_map(storage_options, **where)
 
 

@@ -89,7 +89,8 @@ class DeltaVersionTrigger(BaseEventTrigger):
         ``wasb``, ``adls`` or ``google_cloud_platform``). Default ``delta_default``, used when
         it is defined (else the table is read without a connection); ``None``: no connection.
     :param storage_options: object_store options given directly, instead of
-        ``delta_conn_id``'s.
+        ``delta_conn_id``'s; no credentials (Airflow stores the trigger's arguments in its
+        metadata DB): those go in ``delta_conn_id``.
     :param timeout_at: epoch seconds after which a ``fire_once`` trigger sends ``timeout``.
     :param fire_once: end after the first event (deferred sensors).
     :param state_key: asset state key of a watcher's watermark.
@@ -351,7 +352,7 @@ def _check_settings(table_uri: str, min_new_versions: int, poll_interval: float,
         raise InvalidParameterError(None, "poll_interval", poll_interval,
                                     "is not above 0 seconds",
                                     "give the seconds between two looks at the log", table_uri)
-    return parameters.storage_map(storage_options, task_id=None, table_uri=table_uri)
+    return parameters.stored_storage_map(storage_options, task_id=None, table_uri=table_uri)
 
 
 def _timeout_event(trigger: DeltaVersionTrigger, start_version: int) -> TriggerEvent:

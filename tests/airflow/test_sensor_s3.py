@@ -10,10 +10,15 @@ from datetime import datetime
 import pytest
 from airflow.sdk import DAG, get_current_context, task
 
+from airflow_provider_delta.credential_keys import (
+    credential_entries, without_credential_entries)
+from airflow_provider_delta.errors import InvalidParameterError
 from airflow_provider_delta.sensors import DeltaVersionSensor
+from airflow_provider_delta.triggers import DeltaVersionTrigger
 from airflow_provider_delta.watermarks import make_watermark_store
 
 SECRET = "moto-secret-key-98765"  # the shared S3 fixture's secret key
+WATERMARK = {"watermark_store": "variable", "watermark_key": "s3_watermark"}
 
 
 @pytest.fixture
@@ -41,10 +46,13 @@ def test_sensor_and_trigger_on_s3_with_a_connection(
     run_dag, s3_options, s3_table, monkeypatch, ranges_of, commit_once_deferred, capfd, conn_type
 ):
     """Credentials from a named connection, from ``delta_default`` without naming it (the
-    default of every ``delta_conn_id``), or given as ``storage_options`` as to the operators."""
+    default of every ``delta_conn_id``), or ``storage_options`` without credentials (the
+    deferred sensor hands them to its trigger; the keys come from the environment)."""
     credentials = {"delta_conn_id": "lake_s3"}
     if conn_type == "storage_options":
-        credentials = {"storage_options": dict(s3_options)}
+        credentials = {"storage_options": without_credential_entries(s3_options)}
+        for key, value in credential_entries(s3_options).items():
+            monkeypatch.setenv(key, value)
     elif conn_type == "delta_default":
         credentials = {}
         monkeypatch.setenv("AIRFLOW_CONN_DELTA_DEFAULT",
@@ -80,3 +88,20 @@ def test_sensor_and_trigger_on_s3_with_a_connection(
     sense = next(ti for ti in second.get_task_instances() if ti.task_id == "sense")
     rendered = RenderedTaskInstanceFields.get_templated_fields(sense)
     assert rendered["table_uri"] == s3_table.uri and SECRET not in str(rendered)
+
+
+def test_credentials_in_storage_options_are_not_stored_with_the_trigger(s3_options):
+    """A trigger's arguments are stored in the metadata DB: a deferrable sensor, and the
+    trigger itself, refuse credentials in storage_options when built, without showing them."""
+    with pytest.raises(InvalidParameterError) as refused:
+        DeltaVersionSensor(task_id="sense", table_uri="s3://lake/orders", deferrable=True,
+                           storage_options=s3_options, **WATERMARK)
+    message = str(refused.value)
+    assert message.startswith("sense: s3://lake/orders: storage_options={")
+    assert "holds credentials (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)" in message
+    assert "give delta_conn_id" in message and SECRET not in message
+    with pytest.raises(InvalidParameterError, match="holds credentials") as refused:
+        DeltaVersionTrigger(table_uri="s3://lake/orders", storage_options=s3_options)
+    assert SECRET not in str(refused.value)
+    DeltaVersionSensor(task_id="poke", table_uri="s3://lake/orders", deferrable=False,
+                       storage_options=s3_options, **WATERMARK)  # nothing stored: kept in the worker
