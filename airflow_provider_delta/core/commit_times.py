@@ -4,27 +4,30 @@ A commit's time is its in-commit timestamp (ICT) from the version that enabled t
 (``delta.inCommitTimestampEnablementVersion``; every version when a table was created with
 them). Before that it is the commit file's modification time, raised where needed to one
 millisecond past the previous commit's time, so times strictly increase with versions
-(Delta's history does the same over the commits it lists).
+(Delta's history does the same over the commits it lists). Time travel follows Delta's rule
+(:meth:`CommitClock.last_at_or_before`); intervals cap the file times below the first ICT
+(:attr:`CommitClock.file_times`), so there they may repeat but never decrease.
 
 Cost: file times come from one listing of the commits before the ICT enablement (names
 and modification times; no commit is read), always from the oldest commit file present, so a
 version's time never depends on the question asked and consecutive intervals split the
 versions exactly. ICTs increase by the protocol, so a time among them is found by binary
-search, reading about log2(n) commits (their first line, where ``commitInfo`` must be).
+search, reading about log2(n) commit files whole (the ICT is parsed from the first line,
+where ``commitInfo`` must be).
 """
 
 from __future__ import annotations
 
+import bisect
 import datetime as dt
-from collections.abc import Callable
 from functools import cached_property
 
 from airflow_provider_delta.core.actions import parse_datetime
-from airflow_provider_delta.core.delta_log import TableLocation, commit_name
+from airflow_provider_delta.core.delta_log import LogEntry, TableLocation, commit_name
 from airflow_provider_delta.core.replay import commit_actions, earliest_recreatable, replay
 from airflow_provider_delta.core.versions import newest_version
 from airflow_provider_delta.errors import (
-    InvalidLogError, InvalidParameterError, VersionNotAvailableError,
+    InvalidLogError, InvalidParameterError, TableNotFoundError, VersionNotAvailableError,
 )
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
@@ -74,9 +77,10 @@ def version_at(table_uri: str, timestamp: dt.datetime | str, *,
     """
     location = TableLocation(table_uri, storage_options)
     wanted_us = _epoch_micros(table_uri, timestamp)
-    clock = CommitClock(location)
+    listing = location.list_log(with_mtime=True)
+    clock = CommitClock(location, listing=listing)
     found = clock.last_at_or_before(wanted_us // 1000)
-    earliest = earliest_recreatable(location.list_log()) or 0
+    earliest = earliest_recreatable(listing) or 0
     if found is None or found < earliest or wanted_us > clock.millis(clock.newest) * 1000:
         raise VersionNotAvailableError(
             table_uri, f"timestamp {_show(wanted_us)}", earliest, clock.newest,
@@ -95,19 +99,25 @@ def epoch_ms(moment: dt.datetime) -> int:
 
 
 def ms_to_datetime(millis: int) -> dt.datetime:
-    return _EPOCH + dt.timedelta(milliseconds=millis)
+    return _us_to_datetime(millis * 1000)
 
 
 class CommitClock:
     """Commit times of one table, as its metadata at ``newest`` defines them.
 
     Times are read when first asked and kept: the file times in one listing, ICTs one commit
-    at a time. ``config`` (the table's configuration at ``newest``) spares a replay.
+    at a time. ``config`` (the table's configuration at ``newest``) spares a replay;
+    ``listing`` (the whole log, with file times) spares the probe and the listing.
     """
 
     def __init__(self, location: TableLocation, newest: int | None = None,
-                 config: dict[str, str] | None = None):
+                 config: dict[str, str] | None = None, listing: list[LogEntry] | None = None):
         self.location = location
+        self._listing = listing
+        if newest is None and listing is not None:
+            newest = max((e.version for e in listing if e.is_commit), default=None)
+            if newest is None:
+                raise TableNotFoundError(location.table_uri)
         self.newest = _newest(location) if newest is None else newest
         if config is None:
             config = replay(location, self.newest).metadata.get("configuration") or {}
@@ -116,6 +126,7 @@ class CommitClock:
             self.ict_from = None
         self._ict: dict[int, int] = {}
         self._file_times: dict[int, int] | None = None
+        self._listed_times: dict[int, int] | None = None
 
     # -- single versions ---------------------------------------------------------------
 
@@ -138,7 +149,8 @@ class CommitClock:
         """
         if self.ict_from is None or self.location.commit_exists(self.ict_from):
             return self.ict_from
-        return _first_true(self.ict_from, self.newest, self.location.commit_exists)
+        return bisect.bisect_left(range(self.ict_from, self.newest), True,
+                                  key=self.location.commit_exists) + self.ict_from
 
     @cached_property
     def oldest(self) -> int:
@@ -148,22 +160,35 @@ class CommitClock:
         return min(self.file_times, default=self.first_ict or 0)
 
     @property
-    def file_times(self) -> dict[int, int]:
-        """Version -> file time made strictly increasing, for the commits before ICTs began.
+    def listed_times(self) -> dict[int, int]:
+        """Version -> file time made strictly increasing from the oldest commit present, for
+        the commits before ICTs began (Delta's time-travel times for them)."""
+        if self._listed_times is None:
+            last = self.newest if self.ict_from is None else self.ict_from - 1
+            if self._listing is not None:
+                entries = [e for e in self._listing if e.is_commit and e.version <= last]
+            else:
+                entries = self.location.list_log(
+                    with_mtime=True, until_version=last, commits_only=True) if last >= 0 else []
+            times = monotonic_times([e.mtime_ms for e in entries])
+            self._listed_times = dict(zip((e.version for e in entries), times))
+        return self._listed_times
 
-        Made increasing from the oldest commit present, and capped below the ICT enablement
-        time: Delta looks for times at or after it among ICT versions only, and a version
-        before it whose file time is later (a copied table) must still fall in some interval.
+    @property
+    def file_times(self) -> dict[int, int]:
+        """:attr:`listed_times` capped below the first ICT, the times intervals use.
+
+        Delta looks for times at or after the first ICT among ICT versions only, so a version
+        before it whose file time is later (a copied table) is never a time-travel answer;
+        capped, it still falls in exactly one interval: the one holding the ICT's time less
+        one millisecond, which Delta's change feed starts at it (capped times can repeat).
         """
         if self._file_times is None:
-            last = self.newest if self.ict_from is None else self.ict_from - 1
-            entries = self.location.list_log(
-                with_mtime=True, until_version=last, commits_only=True) if last >= 0 else []
-            times = monotonic_times([e.mtime_ms for e in entries])
-            if self.first_ict is not None and entries:
+            times = self.listed_times
+            if self.first_ict is not None and times:
                 cap = self._in_commit(self.first_ict) - 1
-                times = [min(t, cap) for t in times]
-            self._file_times = dict(zip((e.version for e in entries), times))
+                times = {version: min(t, cap) for version, t in times.items()}
+            self._file_times = times
         return self._file_times
 
     # -- intervals ---------------------------------------------------------------------
@@ -183,22 +208,42 @@ class CommitClock:
             stop = self.newest + 1 if ict is None else ict
             if ict is not None and start > stop:
                 start = stop
-        found = _first_true(start, stop, lambda v: self.millis(v) >= millis)
+        found = bisect.bisect_left(range(start, stop), millis, key=self.millis) + start
         if ict is not None and stop == ict:
             return found  # ict itself when no earlier version is at or after millis
         return found if found <= self.newest else None
 
     def last_at_or_before(self, millis: int) -> int | None:
-        """The last version committed at or before ``millis``, None if all are later."""
-        after = self.first_at_or_after(millis + 1)
-        if after is None:
-            return self.newest
-        if self.first_ict is not None and after > self.first_ict or after > self.oldest:
-            return after - 1
-        return None
+        """The last version committed at or before ``millis``, None if all are later.
+
+        Delta's time-travel rule: a time at or after the first ICT is looked for among ICT
+        commits, an earlier one among the commits before them by their uncapped file times
+        (so on a copied table, whose file times are all later, there is none).
+        """
+        ict = self.first_ict
+        if ict is not None and millis >= self.millis(ict):
+            return bisect.bisect_right(range(ict, self.newest + 1), millis,
+                                       key=self.millis) + ict - 1
+        before = [v for v, t in self.listed_times.items() if t <= millis]
+        return before[-1] if before else None
 
     def versions_between(self, start_ms: int, end_ms: int) -> tuple[int, int] | None:
-        """``(first, last)`` of the versions committed in [start_ms, end_ms), None if none."""
+        """``(first, last)`` of the versions committed in [start_ms, end_ms), None if none.
+
+        VersionNotAvailableError when log cleanup removed commits that may lie in it (the
+        interval starts before the oldest commit left, which is not version 0).
+        """
+        ict = self.first_ict
+        after_first_ict = ict is not None and start_ms >= self.millis(ict)  # lists nothing
+        if not after_first_ict and self.oldest > 0 and start_ms < self.millis(self.oldest):
+            raise VersionNotAvailableError(
+                self.location.table_uri,
+                f"the interval from {ms_to_datetime(start_ms).isoformat()}", self.oldest,
+                self.newest,
+                hint=f"Commits before version {self.oldest} (committed "
+                     f"{ms_to_datetime(self.millis(self.oldest)).isoformat()}) were removed by "
+                     "log cleanup; load intervals starting at or after that time, or load by "
+                     "version.")
         first = self.first_at_or_after(start_ms)
         if first is None or end_ms <= start_ms:
             return None
@@ -258,17 +303,6 @@ def monotonic_times(file_times: list[int]) -> list[int]:
     return times
 
 
-def _first_true(low: int, high: int, test: Callable[[int], bool]) -> int:
-    """The smallest v in [low, high) with test(v), for a test false then true; high if none."""
-    while low < high:
-        middle = (low + high) // 2
-        if test(middle):
-            high = middle
-        else:
-            low = middle + 1
-    return low
-
-
 def _newest(location: TableLocation) -> int:
     """The newest version, searched from ``_last_checkpoint`` on when it names a commit that
     exists (a local log is then probed, not listed whole)."""
@@ -296,5 +330,9 @@ def _epoch_micros(table_uri: str, timestamp: dt.datetime | str) -> int:
     return (timestamp - _EPOCH) // dt.timedelta(microseconds=1)
 
 
+def _us_to_datetime(micros: int) -> dt.datetime:
+    return _EPOCH + dt.timedelta(microseconds=micros)
+
+
 def _show(micros: int) -> str:
-    return (_EPOCH + dt.timedelta(microseconds=micros)).isoformat()
+    return _us_to_datetime(micros).isoformat()

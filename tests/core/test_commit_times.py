@@ -16,8 +16,10 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from airflow_provider_delta.core import commit_timestamp, newest_commit_time, versions_between
-from airflow_provider_delta.core.commit_times import CommitClock, epoch_ms
+from airflow_provider_delta.core import (
+    commit_timestamp, newest_commit_time, version_at, versions_between,
+)
+from airflow_provider_delta.core.commit_times import CommitClock, epoch_ms, ms_to_datetime
 from airflow_provider_delta.core.delta_log import TableLocation
 from airflow_provider_delta.errors import VersionNotAvailableError
 
@@ -135,6 +137,9 @@ def test_file_times_later_than_the_enablement_fall_before_it(tmp_path):
     assert versions_between(path, T0_MS + 2 * HOUR_MS, late + 10) == (2, 3)
     assert versions_between(path, T0_MS, T0_MS + 2 * HOUR_MS) == (0, 1)
     assert commit_timestamp(path, 1) == T0_MS + 2 * HOUR_MS - 1
+    assert version_at(path, ms_to_datetime(T0_MS + 2 * HOUR_MS)) == 2
+    with pytest.raises(VersionNotAvailableError, match="timestamp"):  # Delta's time travel
+        version_at(path, ms_to_datetime(T0_MS + 2 * HOUR_MS - 1))
 
 
 def test_cleaned_log_starts_at_the_oldest_commit_left(tmp_path):
@@ -146,9 +151,27 @@ def test_cleaned_log_starts_at_the_oldest_commit_left(tmp_path):
         _set_file_time(path, version, T0_MS + HOUR_MS * version)
     for version in (0, 1):
         (Path(path) / "_delta_log" / f"{version:020d}.json").unlink()
-    assert versions_between(path, T0_MS, T0_MS + 3 * HOUR_MS) == (2, 2)
+    assert versions_between(path, T0_MS + 2 * HOUR_MS, T0_MS + 4 * HOUR_MS) == (2, 3)
     with pytest.raises(VersionNotAvailableError):
         commit_timestamp(path, 1)
+
+
+@pytest.mark.parametrize("hours", [1, 4])
+def test_an_interval_over_cleaned_commits_is_refused(tmp_path, hours):
+    """Commits 0..2 removed by log cleanup (checkpoint at 5): an interval that may hold them
+    raises, naming the oldest commit left and its time, rather than loading nothing or part."""
+    path = str(tmp_path / "files")
+    _write(path, 6)
+    DeltaTable(path).create_checkpoint()
+    for version in range(6):
+        _set_file_time(path, version, T0_MS + HOUR_MS * version)
+    for version in (0, 1, 2):
+        (Path(path) / "_delta_log" / f"{version:020d}.json").unlink()
+    with pytest.raises(VersionNotAvailableError) as error:
+        versions_between(path, T0_MS, T0_MS + hours * HOUR_MS)
+    assert "versions 3..5" in str(error.value)
+    assert "version 3 (committed 2026-01-01T03:00:00+00:00)" in str(error.value)
+    assert versions_between(path, T0_MS + 3 * HOUR_MS, T0_MS + 4 * HOUR_MS) == (3, 3)
 
 
 class _CountingLocation(TableLocation):
