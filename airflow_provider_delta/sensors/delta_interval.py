@@ -11,8 +11,9 @@ from airflow_provider_delta.compat import BaseSensorOperator, PokeReturnValue, c
 from airflow_provider_delta.core.delta_log import TableLocation
 from airflow_provider_delta.core.interval_end import IntervalEnd, interval_end_reached
 from airflow_provider_delta.errors import InvalidParameterError
-from airflow_provider_delta.hooks.delta import DEFAULT_CONN_ID, connection_storage_options
+from airflow_provider_delta.hooks.delta import DEFAULT_CONN_ID
 from airflow_provider_delta.operators import parameters
+from airflow_provider_delta.sensors.delta_version import sensor_storage_options
 from airflow_provider_delta.sensors.outcomes import poke_outcome, sensor_event_result
 from airflow_provider_delta.triggers.delta_interval import DeltaIntervalTrigger
 
@@ -42,6 +43,9 @@ class DeltaIntervalSensor(BaseSensorOperator):
     :param delta_conn_id: a connection holding object-store credentials (as for
         :class:`~airflow_provider_delta.sensors.DeltaVersionSensor`; default
         ``delta_default``, used when it is defined).
+    :param storage_options: object_store options given directly, instead of
+        ``delta_conn_id``'s; with ``deferrable=True`` no credentials (the trigger's arguments
+        are stored in Airflow's metadata DB): those go in ``delta_conn_id``.
     :param deferrable: wait in the triggerer instead of a worker slot.
     """
 
@@ -55,6 +59,7 @@ class DeltaIntervalSensor(BaseSensorOperator):
         interval_end: datetime | str = "{{ data_interval_end }}",
         interval_grace: timedelta = timedelta(minutes=1),
         delta_conn_id: str | None = DEFAULT_CONN_ID,
+        storage_options: dict[str, str] | None = None,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         **kwargs: Any,
     ):
@@ -65,6 +70,8 @@ class DeltaIntervalSensor(BaseSensorOperator):
         parameters.identifier(delta_conn_id, "delta_conn_id", what="a connection id, or None",
                               **where)
         parameters.flag(deferrable, "deferrable", **where)
+        check_options = parameters.stored_storage_map if deferrable else parameters.storage_map
+        self.explicit_storage_options = check_options(storage_options, **where)
         if not isinstance(interval_grace, timedelta) or interval_grace < timedelta(0):
             raise InvalidParameterError(self.task_id, "interval_grace", interval_grace,
                                         "is not a timedelta >= 0",
@@ -89,7 +96,7 @@ class DeltaIntervalSensor(BaseSensorOperator):
                 table_uri=self.table_uri, interval_end=self.end.isoformat(),
                 grace_seconds=self.interval_grace.total_seconds(),
                 poll_interval=self.poke_interval, delta_conn_id=self.delta_conn_id,
-                timeout_at=time.time() + self.timeout,
+                storage_options=self.explicit_storage_options, timeout_at=time.time() + self.timeout,
             ),
             method_name="execute_complete",
             timeout=timedelta(seconds=self.timeout),
@@ -120,9 +127,9 @@ class DeltaIntervalSensor(BaseSensorOperator):
 
     @cached_property
     def location(self) -> TableLocation:
-        """The table's log, with the storage options of ``delta_conn_id`` (at run time only)."""
-        if self.delta_conn_id and self.delta_conn_id != DEFAULT_CONN_ID:
-            parameters.check_connection(self.delta_conn_id, "delta_conn_id", "delta",
-                                        task_id=self.task_id, table_uri=self.table_uri)
-        return TableLocation(self.table_uri, connection_storage_options(self.delta_conn_id))
+        """The table's log, with the ``storage_options`` given, else ``delta_conn_id``'s (at run
+        time only)."""
+        return TableLocation(self.table_uri, sensor_storage_options(
+            self.explicit_storage_options, self.delta_conn_id, task_id=self.task_id,
+            table_uri=self.table_uri))
 

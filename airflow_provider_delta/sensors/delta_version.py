@@ -248,18 +248,25 @@ class DeltaVersionSensor(BaseSensorOperator):
     def storage_options(self) -> dict[str, str] | None:
         """The ``storage_options`` given, else those of ``delta_conn_id`` (at run time only;
         never templated)."""
-        if self.explicit_storage_options is not None or not self.delta_conn_id:
-            mask_credentials(self.explicit_storage_options)
-            return self.explicit_storage_options
-        if self.delta_conn_id != DEFAULT_CONN_ID:
-            parameters.check_connection(self.delta_conn_id, "delta_conn_id", "delta",
-                                        task_id=self.task_id, table_uri=self.table_uri)
-        return connection_storage_options(self.delta_conn_id)
+        return sensor_storage_options(self.explicit_storage_options, self.delta_conn_id,
+                                      task_id=self.task_id, table_uri=self.table_uri)
 
     @cached_property
     def probe(self) -> VersionProbe:
         """The table's log, opened once and reused by every poke of this task run."""
         return VersionProbe(self.table_uri, self.storage_options)
+
+
+def sensor_storage_options(given: dict[str, str] | None, delta_conn_id: str | None, *,
+                           task_id: str, table_uri: str) -> dict[str, str] | None:
+    """A sensor's storage options: those given (masked in logs), else ``delta_conn_id``'s."""
+    if given is not None or not delta_conn_id:
+        mask_credentials(given)
+        return given
+    if delta_conn_id != DEFAULT_CONN_ID:
+        parameters.check_connection(delta_conn_id, "delta_conn_id", "delta",
+                                    task_id=task_id, table_uri=table_uri)
+    return connection_storage_options(delta_conn_id)
 
 
 def _check_sensor_settings(*, task_id: str, table_uri: str, delta_conn_id: object,

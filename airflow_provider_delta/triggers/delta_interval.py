@@ -19,6 +19,7 @@ from airflow_provider_delta.compat import BaseTrigger, TriggerEvent
 from airflow_provider_delta.core.interval_end import interval_end_reached
 from airflow_provider_delta.errors import DeltaProviderError
 from airflow_provider_delta.hooks.delta import DEFAULT_CONN_ID
+from airflow_provider_delta.operators import parameters
 from airflow_provider_delta.triggers.delta_version import open_probe
 
 
@@ -31,13 +32,19 @@ class DeltaIntervalTrigger(BaseTrigger):
     :param poll_interval: seconds between checks.
     :param delta_conn_id: connection with the storage credentials (default ``delta_default``,
         used when it is defined; ``None``: no connection).
+    :param storage_options: object_store options given directly, instead of
+        ``delta_conn_id``'s; no credentials (Airflow stores the trigger's arguments in its
+        metadata DB): those go in ``delta_conn_id``.
     :param timeout_at: epoch seconds after which the trigger sends ``timeout``.
     """
 
     def __init__(self, *, table_uri: str, interval_end: str, grace_seconds: float,
                  poll_interval: float = 60.0, delta_conn_id: str | None = DEFAULT_CONN_ID,
+                 storage_options: dict[str, str] | None = None,
                  timeout_at: float | None = None):
         super().__init__()
+        self.storage_options = parameters.stored_storage_map(storage_options, task_id=None,
+                                                             table_uri=table_uri)
         self.table_uri = table_uri
         self.interval_end = interval_end
         self.grace_seconds = grace_seconds
@@ -47,7 +54,7 @@ class DeltaIntervalTrigger(BaseTrigger):
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         names = ("table_uri", "interval_end", "grace_seconds", "poll_interval", "delta_conn_id",
-                 "timeout_at")
+                 "storage_options", "timeout_at")
         return (f"{type(self).__module__}.{type(self).__qualname__}",
                 {name: getattr(self, name) for name in names})
 
@@ -55,7 +62,8 @@ class DeltaIntervalTrigger(BaseTrigger):
         end = dt.datetime.fromisoformat(self.interval_end)
         grace = dt.timedelta(seconds=self.grace_seconds)
         try:
-            location = (await open_probe(self.table_uri, self.delta_conn_id)).location
+            location = (await open_probe(self.table_uri, self.delta_conn_id,
+                                         self.storage_options)).location
         except DeltaProviderError as err:
             yield self._event("error", message=str(err))
             return

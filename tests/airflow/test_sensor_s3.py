@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import datetime
+import time
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from airflow.sdk import DAG, get_current_context, task
@@ -13,8 +14,8 @@ from airflow.sdk import DAG, get_current_context, task
 from airflow_provider_delta.credential_keys import (
     credential_entries, without_credential_entries)
 from airflow_provider_delta.errors import InvalidParameterError
-from airflow_provider_delta.sensors import DeltaVersionSensor
-from airflow_provider_delta.triggers import DeltaVersionTrigger
+from airflow_provider_delta.sensors import DeltaIntervalSensor, DeltaVersionSensor
+from airflow_provider_delta.triggers import DeltaIntervalTrigger, DeltaVersionTrigger
 from airflow_provider_delta.watermarks import make_watermark_store
 
 SECRET = "moto-secret-key-98765"  # the shared S3 fixture's secret key
@@ -105,3 +106,29 @@ def test_credentials_in_storage_options_are_not_stored_with_the_trigger(s3_optio
     assert SECRET not in str(refused.value)
     DeltaVersionSensor(task_id="poke", table_uri="s3://lake/orders", deferrable=False,
                        storage_options=s3_options, **WATERMARK)  # nothing stored: kept in the worker
+    with pytest.raises(InvalidParameterError, match="^complete: s3://lake/orders: storage_o"):
+        DeltaIntervalSensor(task_id="complete", table_uri="s3://lake/orders", deferrable=True,
+                            storage_options=s3_options)
+    with pytest.raises(InvalidParameterError, match="holds credentials") as refused:
+        DeltaIntervalTrigger(table_uri="s3://lake/orders", interval_end="2026-01-01T00:00:00+00:00",
+                             grace_seconds=60, storage_options=s3_options)
+    assert SECRET not in str(refused.value)
+
+
+def test_deferred_interval_sensor_on_s3_with_storage_options(
+        s3_options, s3_table, monkeypatch, register_dag, xcom_value, commit_once_deferred):
+    """DeltaIntervalSensor hands its storage_options (endpoint, region) to its trigger; the keys
+    come from the environment."""
+    from tests.airflow.test_interval_sensor import interval_dag, run_interval
+
+    for key, value in credential_entries(s3_options).items():
+        monkeypatch.setenv(key, value)
+    dag = interval_dag("delta_interval_s3", s3_table.uri, deferrable=True,
+                       interval_grace=timedelta(hours=1),
+                       storage_options=without_credential_entries(s3_options))
+    time.sleep(1)
+    end = datetime.now(timezone.utc).replace(microsecond=0)  # after the table's commits
+    with commit_once_deferred(s3_table):
+        dag_run = run_interval(register_dag, dag, end)
+    found = xcom_value(dag_run, "load")
+    assert (found["complete_by"], found["newest_version"]) == ("commit", 2)
