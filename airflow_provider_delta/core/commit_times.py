@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import bisect
 import datetime as dt
+from collections.abc import Mapping
 from functools import cached_property
 
 from airflow_provider_delta.core.actions import parse_datetime
@@ -286,9 +287,14 @@ def in_commit_timestamp(actions: list[dict]) -> int | None:
     return None
 
 
+def in_commit_timestamps_enabled(config: Mapping[str, str]) -> bool:
+    """The table property that turns in-commit timestamps on is set to true."""
+    return config.get("delta.enableInCommitTimestamps", "false").lower() == "true"
+
+
 def ict_enablement_version(config: dict[str, str]) -> int | None:
     """The first version with ICTs (0 when the table was created with them), None if off."""
-    if config.get("delta.enableInCommitTimestamps", "false").lower() != "true":
+    if not in_commit_timestamps_enabled(config):
         return None
     return int(config.get("delta.inCommitTimestampEnablementVersion", 0))
 

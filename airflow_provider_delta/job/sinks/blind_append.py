@@ -35,6 +35,7 @@ from deltalake import DeltaTable
 from deltalake.transaction import AddAction, Transaction
 
 from airflow_provider_delta import __version__
+from airflow_provider_delta.core.commit_times import in_commit_timestamps_enabled
 from airflow_provider_delta.core.delta_log import LOG_DIR, TableLocation, commit_name
 from airflow_provider_delta.storage import deltalake_uri
 
@@ -58,7 +59,7 @@ DELTALAKE_WRITER_FEATURES = frozenset({
     "columnMapping", "deletionVectors", "timestampNtz", "v2Checkpoint", "variantType",
     "variantType-preview",
 })
-ICT_FEATURE, ICT_ENABLED = "inCommitTimestamp", "delta.enableInCommitTimestamps"
+ICT_FEATURE = "inCommitTimestamp"
 ROW_TRACKING_FEATURE, ROW_TRACKING_DOMAIN = "rowTracking", "delta.rowTracking"
 ROW_TRACKING_SUSPENDED = "delta.rowTrackingSuspended"
 # The features legacy writer versions imply (Delta's "Writer Version Requirements").
@@ -98,7 +99,7 @@ def writes_in_commit_timestamps(protocol: Mapping[str, Any],
                                 configuration: Mapping[str, str]) -> bool:
     """In-commit timestamps are enabled: the feature, and the property set to true."""
     return (ICT_FEATURE in writer_features(protocol)
-            and configuration.get(ICT_ENABLED, "false").lower() == "true")
+            and in_commit_timestamps_enabled(configuration))
 
 
 def assigns_row_ids(protocol: Mapping[str, Any], configuration: Mapping[str, str]) -> bool:

@@ -38,10 +38,11 @@ from deltalake import DeltaTable, Schema
 from deltalake.exceptions import TableNotFoundError as DeltaTableNotFound
 from deltalake.transaction import CommitProperties, PostCommitHookProperties, Transaction
 
+from airflow_provider_delta.core.commit_times import in_commit_timestamp
 from airflow_provider_delta.core.delta_log import TableLocation
 from airflow_provider_delta.core.replay import read_commits, replay
 from airflow_provider_delta.core.transactions import (
-    SnapshotRecords, apply_commits, live_txns, snapshot_records,
+    TXN_RETENTION_KEY, SnapshotRecords, apply_commits, live_txns, snapshot_records,
 )
 from airflow_provider_delta.core.versions import newest_version, probe_local_commits
 from airflow_provider_delta.errors import (
@@ -486,20 +487,18 @@ class TargetLog:
                              self.spec.source and r.source == self.spec.source))
                          and r.last >= start and r.first <= last)
         if covered:
-            retention = self._records.configuration().get(
-                "delta.setTransactionRetentionDuration")
+            retention = self._records.configuration().get(TXN_RETENTION_KEY)
             raise SinkRecordsExpiredError(self.uri, start, end, covered, retention)
 
     def newest_in_commit_timestamp(self) -> int | None:
         """The ``inCommitTimestamp`` of the commit at the version read (None: it has none),
         read from its commit file when only a checkpoint was read at that version."""
         newest = self._records.newest_commit
-        if newest is None or newest[0] != self.version:
-            for _, actions in read_commits(self._location, range(self.version, self.version + 1)):
-                info = next((a["commitInfo"] for a in actions or () if "commitInfo" in a), {})
-                newest = self.version, info
-        value = newest[1].get("inCommitTimestamp")
-        return None if value is None else int(value)
+        if newest is not None and newest[0] == self.version:
+            return in_commit_timestamp([{"commitInfo": newest[1]}])
+        for _, actions in read_commits(self._location, range(self.version, self.version + 1)):
+            return in_commit_timestamp(actions or [])
+        return None
 
     def holds_batch(self, start: int, end: int) -> bool:
         """Whether the target holds ``start..end`` already (another run committed it since this
