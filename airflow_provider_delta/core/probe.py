@@ -112,6 +112,10 @@ class VersionProbe:
         self._changes_data = known
         return [v for v in range(start_version, end_version + 1) if known[v]]
 
+    def has_unread(self, start_version: int, end_version: int) -> bool:
+        """Whether :meth:`data_versions` over the range would read a commit."""
+        return any(v not in self._changes_data for v in range(start_version, end_version + 1))
+
     def commit_timestamp(self, version: int) -> int:
         """Epoch ms of a commit, from that commit alone: its in-commit timestamp, else its file time.
 

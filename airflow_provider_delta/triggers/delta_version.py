@@ -216,8 +216,9 @@ class DeltaVersionTrigger(BaseEventTrigger):
             outcome = Poll(error=err, failures=1)
         polls = aiter(polls)
         while True:
-            if isinstance(outcome, Poll):  # data_changes_only reads commits: off the loop
-                hop = asyncio.to_thread if self.data_changes_only else _call_now
+            if isinstance(outcome, Poll):  # reading new commits blocks: off the loop
+                hop = (asyncio.to_thread if self._reads_commits(outcome, probe, start_version)
+                       else _call_now)
                 outcome = await hop(self._range_of, outcome, probe, start_version)
             if isinstance(outcome, DeltaProviderError):
                 yield outcome
@@ -229,6 +230,13 @@ class DeltaVersionTrigger(BaseEventTrigger):
             if outcome is None:
                 yield None
                 return
+
+    def _reads_commits(self, found: Poll, probe: VersionProbe, start_version: int) -> bool:
+        """Whether :meth:`_range_of` reads commits for this poll: with ``data_changes_only``,
+        when enough versions are new and some are not read yet (idle polls read none)."""
+        return (self.data_changes_only and found.error is None and found.latest is not None
+                and found.latest - start_version + 1 >= self.min_new_versions
+                and probe.has_unread(start_version, found.latest))
 
     def _range_of(self, found: Poll, probe: VersionProbe, start_version: int
                   ) -> VersionRange | DeltaProviderError | None:

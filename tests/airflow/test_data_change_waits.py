@@ -7,6 +7,7 @@ dataChange=false), a VACUUM (commitInfo-only commits), a property change (metaDa
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from datetime import datetime
 
@@ -205,3 +206,24 @@ def test_the_option_is_a_switch():
                                                     "or False"):
         DeltaVersionSensor(task_id="s", table_uri="/t", watermark_store="variable",
                            data_changes_only="yes")
+
+
+def test_trigger_reads_new_commits_off_the_loop_and_idle_polls_on_it(growing_table):
+    """A thread for a poll only when there are new commits to read (the shared polls come
+    when the latest version moves)."""
+    table = growing_table(3)
+    trigger = DeltaVersionTrigger(table_uri=table.uri, start_version=3, poll_interval=0.05,
+                                  fire_once=True, data_changes_only=True)
+    on_loop = []
+    range_of = trigger._range_of
+
+    def spy(found, probe, start_version):
+        on_loop.append((threading.current_thread() is threading.main_thread(), found.latest))
+        return range_of(found, probe, start_version)
+
+    trigger._range_of = spy
+    payload = first_event_after(trigger, table.maintain, table.append)
+    assert (payload["start_version"], payload["end_version"]) == (3, 7)
+    threads = [loop for loop, latest in on_loop if latest is not None and latest >= 3]
+    assert not threads[0] and not threads[-1]  # the maintenance's and the append's commits
+    assert on_loop[0] == (True, 2)  # nothing new to read: no thread
