@@ -116,6 +116,8 @@ class DeltaVersionTrigger(BaseEventTrigger):
         super().__init__()
         storage_options = _check_settings(table_uri, min_new_versions, poll_interval, fire_once,
                                           delta_conn_id, storage_options)
+        parameters.flag(data_changes_only, "data_changes_only", task_id=None,
+                        table_uri=table_uri)
         self.table_uri = table_uri
         self.start_version = start_version
         self.initial = validate_initial(initial, table_uri)

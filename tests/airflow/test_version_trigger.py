@@ -141,6 +141,7 @@ def test_watcher_raises_on_permanent_errors(shared_table):
     ({"min_new_versions": 0}, "min_new_versions"),
     ({"poll_interval": 0}, "poll_interval"),
     ({"initial": "newest"}, "initial="),
+    ({"data_changes_only": "yes"}, "^/t: data_changes_only='yes' is not True or False"),
 ])
 def test_bad_arguments(kwargs, message):
     with pytest.raises(Exception, match=message):
