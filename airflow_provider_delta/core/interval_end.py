@@ -31,8 +31,10 @@ def interval_end_reached(location: TableLocation, end: dt.datetime, grace: dt.ti
                          now: dt.datetime) -> IntervalEnd | None:
     """How the interval ending at ``end`` (aware) is complete at ``now``; None: not yet.
 
-    Costs what :class:`CommitClock` costs for the newest commit: one read where in-commit
-    timestamps are on, else a listing of the commits' file times.
+    Each check builds a new :class:`CommitClock`: it finds the newest version (from
+    ``_last_checkpoint`` on), replays the table's configuration at it (checkpoint and the
+    commits after it), then reads the newest commit's in-commit timestamp, or, without them,
+    lists the file times of every commit in the log (a cost that grows with the log).
     """
     clock = CommitClock(location)
     end_ms = epoch_ms(end)

@@ -30,10 +30,12 @@ class DeltaIntervalSensor(BaseSensorOperator):
     else commit file times made increasing; see
     :mod:`~airflow_provider_delta.core.commit_times`), or once the end lies ``interval_grace``
     in the past: a quiet table's interval is then taken as complete, since a commit gets its
-    time when it is written. Each poke looks at the newest commit's time: one read of it with
-    in-commit timestamps, else one listing of the commits' file times. On success the XCom
-    return value is ``{"table_uri", "interval_end", "complete_by", "newest_version",
-    "newest_commit_timestamp"}``, ``complete_by`` being ``"commit"`` or ``"grace"``.
+    time when it is written. Each poke finds the newest version, replays the table's
+    configuration at it (checkpoint and later commits), then reads the newest commit's
+    in-commit timestamp, or, without them, lists the file times of every commit in the log.
+    On success the XCom return value is ``{"table_uri", "interval_end", "complete_by",
+    "newest_version", "newest_commit_timestamp"}``, ``complete_by`` being ``"commit"`` or
+    ``"grace"``.
 
     :param table_uri: the table (templated).
     :param interval_end: the interval's end (templated; default ``"{{ data_interval_end }}"``):
