@@ -4,7 +4,8 @@ Both operators are :class:`SparkSubmitOperator` subclasses: the Spark connection
 tracking, ``durable`` reconnect and ``on_kill`` are the Spark provider's. What they add:
 
 1. Decide what to read, before any Spark starts: where the load starts and its last version
-   (:mod:`.load_range`: explicit, from the sensor's XCom, or from the watermark), planned and
+   (:mod:`.version_range`: explicit, from the sensor's XCom, or from the watermark; or
+   :mod:`.time_range`: by commit times), planned and
    checked by the job's own plan path (:mod:`airflow_provider_delta.job.plan`), so a request
    that cannot succeed fails with the error the driver would raise and no JVM is started.
 2. Write a small JSON job spec and submit this package's driver program
@@ -22,14 +23,13 @@ cluster's Python, or set ``ship_package=True`` to send a zip of the package with
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_delta.compat import (
-    ASSET_PARTITIONS, asset, get_current_context, require_airflow,
+    asset, get_current_context,
 )
 from airflow_provider_delta.errors import MissingSparkExtraError
 
@@ -40,15 +40,9 @@ except ModuleNotFoundError as missing:
     raise MissingSparkExtraError("DeltaIncrementalOperator and DeltaTimeTravelOperator") from missing
 
 from airflow_provider_delta import core, freshness
-from airflow_provider_delta.core.commit_times import (
-    CommitClock, epoch_ms, ms_to_datetime, settles_in,
-)
-from airflow_provider_delta.core.delta_log import TableLocation
 from airflow_provider_delta.core.model import LoadStart
 from airflow_provider_delta.core.probe import VersionProbe
-from airflow_provider_delta.errors import (
-    IntervalNotOverError, InvalidParameterError, MergeOrderError,
-)
+from airflow_provider_delta.errors import InvalidParameterError
 from airflow_provider_delta.hooks.delta import (
     DEFAULT_CONN_ID,
     connection_storage_options,
@@ -57,7 +51,6 @@ from airflow_provider_delta.hooks.delta import (
 from airflow_provider_delta.job import driver
 from airflow_provider_delta.job.connect import ConnectJob
 from airflow_provider_delta.job.plan import plan_load
-from airflow_provider_delta.job.sinks import make_sink
 from airflow_provider_delta.job.spec import JobResult, JobSpec, LoadResult, SinkSpec
 from airflow_provider_delta.credential_keys import with_redaction
 from airflow_provider_delta.job.submit import (
@@ -68,7 +61,7 @@ from airflow_provider_delta.job.submit import (
     make_sink_spec,
     submitted_folder,
 )
-from airflow_provider_delta.operators import load_range, parameters
+from airflow_provider_delta.operators import parameters, time_range, version_range
 from airflow_provider_delta.operators.links import SparkUILink
 from airflow_provider_delta.operators.transport import (
     connect_job,
@@ -81,17 +74,12 @@ from airflow_provider_delta.watermarks import (
     Initial,
     WatermarkStore,
     make_watermark_store,
-    resolve_load_start,
     validate_initial,
     validate_store_kind,
 )
 
 if TYPE_CHECKING:
     from airflow_provider_delta.compat import Asset, Context
-
-# The format of Airflow's time partition keys (its temporal partition mappers read it).
-PARTITION_KEY_FORMAT = "%Y-%m-%dT%H:%M:%S"
-
 
 class _DeltaSparkJobOperator(SparkSubmitOperator):
     """What both operators share: the sink, the transform, the spec, the submit, the result."""
@@ -316,8 +304,9 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
         finally:
             self._remove_job_files()
 
-    def finish(self, context: Context, result: JobResult) -> LoadResult:
-        """Emit the asset event and return what goes to XCom."""
+    def finish(self, context: Context, result: JobResult,
+               partition_key: str | None = None) -> LoadResult:
+        """Emit the asset event (with ``partition_key``, if any) and return what goes to XCom."""
         self._job_result = result
         freshness.record_load(self, context, result)
         if self.target:
@@ -326,14 +315,9 @@ class _DeltaSparkJobOperator(SparkSubmitOperator):
                 "source_table": self.table_uri, "source_start_version": result.start_version,
                 "source_end_version": result.end_version, "sink_version": result.sink_version,
             }
-            key = self.asset_partition_key(result)
-            if key is not None:
-                event.add_partitions(key)
+            if partition_key is not None:
+                event.add_partitions(partition_key)
         return result.to_dict()
-
-    def asset_partition_key(self, result: JobResult) -> str | None:
-        """The partition key of the target's asset event (None: no partition)."""
-        return None
 
     @property
     def spark_ui_url(self) -> str | None:
@@ -406,28 +390,18 @@ class DeltaIncrementalOperator(_DeltaSparkJobOperator):
         skipped, its added files too.
     :param max_files: at most this many files per batch (at least one commit each).
     :param max_bytes: at most this many bytes per batch (at least one commit each).
-    :param start_timestamp: with ``end_timestamp``: load the versions committed in
-        ``[start_timestamp, end_timestamp)`` by Delta's commit times (in-commit timestamps
-        where the table has them, else commit file times made increasing; see
-        :mod:`~airflow_provider_delta.core.commit_times`). Templated; an aware datetime or
-        an ISO-8601 string with an offset (naive ones are refused). Not with
-        ``start_version``/``end_version``, ``sensor_task_id``, ``move_watermark=True`` or a
-        watermark store: the watermark is neither read nor moved. Consecutive intervals split
-        the versions exactly; a re-run finds its versions in the sink and adds nothing; an
-        interval without a commit loads nothing. An interval that is not over (its end in
-        the future, no commit at or after it) is refused with
-        :class:`~airflow_provider_delta.errors.IntervalNotOverError`.
+    :param start_timestamp: with ``end_timestamp``, an aware datetime or ISO-8601 string with
+        an offset (templated): load the versions committed in ``[start_timestamp,
+        end_timestamp)`` by Delta's commit times, instead of a version range; the watermark is
+        neither read nor moved. An interval not over yet is refused with
+        :class:`~airflow_provider_delta.errors.IntervalNotOverError` (see the "Loading by
+        time" page and :mod:`~airflow_provider_delta.operators.time_range`).
     :param end_timestamp: the interval's end (excluded); see ``start_timestamp``.
-    :param range_from: ``"data_interval"``: the run's data interval is the time range
-        (``start_timestamp="{{ data_interval_start }}"``, ``end_timestamp="{{ data_interval_end
-        }}"``), so catch-up runs and backfills each load their own interval.
+    :param range_from: ``"data_interval"``: the run's data interval is the time range.
     :param interval_grace: how long after an interval's end a commit timed before it may
-        still show up (its in-commit timestamp is taken before its file is written); a task
-        started within it, with no commit at or after the end yet, waits until it passed.
-        Default one minute.
-    :param asset_partition: Airflow >= 3.3: emit the target's asset event with a partition
-        key: ``"interval"`` (the interval's start, UTC, ``%Y-%m-%dT%H:%M:%S`` as Airflow's
-        temporal partition mappers read it) or ``"versions"`` (``v<first>-v<last>``).
+        still show up; a task started within it waits until it passed (default one minute).
+    :param asset_partition: Airflow >= 3.3: the target's asset event gets a partition key,
+        ``"interval"`` (its start, UTC, ``%Y-%m-%dT%H:%M:%S``) or ``"versions"``.
     :param change_feed: load the row changes of the range (inserts, deletes, update images,
         with ``_change_type``, ``_commit_version``, ``_commit_timestamp``; see
         :func:`~airflow_provider_delta.spark.read_change_feed`) instead of the added files;
@@ -523,35 +497,10 @@ class DeltaIncrementalOperator(_DeltaSparkJobOperator):
         self.max_bytes = parameters.batch_limit(max_bytes, "max_bytes", task_id=self.task_id,
                                                 table_uri=table_uri)
         if not (parameters.is_templated(start_version) or parameters.is_templated(end_version)):
-            self.explicit_range()
+            version_range.explicit(self)
         self.change_feed = change_feed
-        self._init_time_range(start_timestamp, end_timestamp, range_from, interval_grace,
-                              asset_partition)
-
-    def _init_time_range(self, start: datetime | str | None, end: datetime | str | None,
-                         range_from: str | None, grace: timedelta,
-                         asset_partition: str | None) -> None:
-        """The time-range parameters, checked where they are not templated."""
-        where = {"task_id": self.task_id, "table_uri": self.table_uri}
-        self.start_timestamp, self.end_timestamp = parameters.range_source(
-            range_from, start, end, **where)
-        self.range_from = range_from
-        self.interval_grace = grace
-        has_time_range = self.start_timestamp is not None or self.end_timestamp is not None
-        if has_time_range:
-            parameters.alone_with_time_range({
-                "start_version": self.start_version, "end_version": self.end_version,
-                "sensor_task_id": self.sensor_task_id, "move_watermark": self.move_watermark,
-                "watermark_store": None if self.watermark_store == "xcom" else
-                self.watermark_store}, **where)
-        if not (parameters.is_templated(self.start_timestamp)
-                or parameters.is_templated(self.end_timestamp)):
-            self.time_interval()
-        self.asset_partition = parameters.asset_partition(
-            asset_partition, target=self.target, has_time_range=has_time_range, **where)
-        if asset_partition is not None:
-            require_airflow(ASSET_PARTITIONS, "leave asset_partition unset",
-                            table_uri=self.table_uri)
+        time_range.setup(self, start_timestamp, end_timestamp, range_from, interval_grace,
+                         asset_partition)
 
     @cached_property
     def store(self) -> WatermarkStore:
@@ -577,10 +526,10 @@ class DeltaIncrementalOperator(_DeltaSparkJobOperator):
     def execute(self, context: Context) -> LoadResult:
         self.check_rendered()
         check_upstream_sensor(self, context)
-        interval = self.time_interval()
+        interval = time_range.interval(self)
         if interval is not None:
-            return self._load_interval(context, *interval)
-        found = self.resolve_range(context)
+            return time_range.load_interval(self, context, *interval)
+        found = version_range.resolve(self, context)
         if found is None:
             self.log.info("%s: no new versions to load", self.table_uri)
             return self.finish(context, JobResult(self.table_uri, "changes", None, None))
@@ -588,6 +537,9 @@ class DeltaIncrementalOperator(_DeltaSparkJobOperator):
         if self.moves_watermark:
             self.advance_watermark(context, found[1])
         return self.finish(context, result)
+
+    def finish(self, context: Context, result: JobResult) -> LoadResult:
+        return super().finish(context, result, time_range.partition_key(self, result))
 
     @cached_property
     def probe(self) -> VersionProbe:
@@ -600,125 +552,15 @@ class DeltaIncrementalOperator(_DeltaSparkJobOperator):
         self.store.write(context, version, table_id=self.probe.table_id_at(version),
                          reset=self.reset_if_ahead)
 
-    def resolve_range(self, context: Context) -> tuple[LoadStart, int] | None:
-        """Where the load starts and its last version (None: nothing new), from the explicit
-        versions, the sensor or the watermark."""
-        start, end = self.explicit_range()
-        if start is not None:
-            return load_range.explicit_range(start, end, self._latest() if end is None else None,
-                                              task_id=self.task_id, table_uri=self.table_uri)
-        found = self._sensor_range(context)
-        if found:
-            return load_range.sensor_range(found, self._sink_held_through(0))
-        return self._watermark_range(context)
-
-    def time_interval(self) -> tuple[datetime, datetime] | None:
-        """``start_timestamp``/``end_timestamp`` as aware datetimes, checked (None: not given)."""
-        return parameters.time_range(self.start_timestamp, self.end_timestamp,
-                                     task_id=self.task_id, table_uri=self.table_uri,
-                                     range_from=self.range_from)
-
-    def _load_interval(self, context: Context, start: datetime, end: datetime
-                       ) -> dict[str, Any]:
-        """Load the versions committed in [start, end): a re-run finds them in the sink and
-        adds nothing; an interval without a commit loads nothing."""
-        found = self._interval_versions(start, end)
-        if found is None:
-            return self.finish(context, JobResult(self.table_uri, "changes", None, None))
-        if self.sink == "delta-merge":
-            self._refuse_merge_out_of_order(*found, f"[{start}, {end})")
-        result = self.run_request(context, LoadStart("changes", found[0]), found[1])
-        return self.finish(context, result)
-
-    def _refuse_merge_out_of_order(self, first: int, last: int, interval: str) -> None:
-        """A merge applies changes in version order: an interval before the versions the
-        target holds (and not held itself: a re-run adds nothing) would undo newer changes."""
-        sink = make_sink(self.sink_spec())
-        held = sink.committed_version()
-        if held is not None and held > last and sink.first_unwritten(first, last) <= last:
-            raise MergeOrderError(self.table_uri, self.target, first, last, held, interval)
-
-    def _interval_versions(self, start: datetime, end: datetime) -> tuple[int, int] | None:
-        """The versions committed in [start, end), once no commit can still come in it:
-        waits out the grace after an end just passed; refuses an end still to come."""
-        location = TableLocation(self.table_uri, self.source_storage_options)
-        clock = CommitClock(location)
-        end_ms, grace_ms = epoch_ms(end), self.interval_grace // timedelta(milliseconds=1)
-        now = datetime.now(timezone.utc)
-        wait_ms = settles_in(clock, end_ms, epoch_ms(now), grace_ms)
-        if wait_ms > grace_ms:
-            raise IntervalNotOverError(
-                self.table_uri, start.isoformat(), end.isoformat(), clock.newest,
-                ms_to_datetime(clock.millis(clock.newest)).isoformat(), now.isoformat())
-        if wait_ms:
-            self.log.info("%s: waiting %.1f s (interval_grace) for commits timed before %s "
-                          "that may not be visible yet", self.table_uri, wait_ms / 1000, end)
-            time.sleep(wait_ms / 1000)
-            clock = CommitClock(location)
-        found = clock.versions_between(epoch_ms(start), end_ms)
-        newest = f"version {clock.newest} at {ms_to_datetime(clock.millis(clock.newest))}"
-        if found is None:
-            self.log.info("%s: no commit in [%s, %s) (the newest is %s): nothing to load",
-                          self.table_uri, start, end, newest)
-        else:
-            self.log.info("%s: [%s, %s) holds versions %d..%d (the newest is %s)",
-                          self.table_uri, start, end, found[0], found[1], newest)
-        return found
-
-    def asset_partition_key(self, result: JobResult) -> str | None:
-        """The partition key of the target's asset event: the interval's start, or the
-        versions loaded (None: no partition, or no version)."""
-        if self.asset_partition == "interval":
-            return self.time_interval()[0].astimezone(timezone.utc).strftime(PARTITION_KEY_FORMAT)
-        if self.asset_partition == "versions" and result.start_version is not None:
-            return f"v{result.start_version}-v{result.end_version}"
-        return None
-
     @property
     def moves_watermark(self) -> bool:
         """An explicit range moves the watermark only when asked, the others unless told not;
         a time range never."""
-        if self.time_interval() is not None:
+        if time_range.interval(self) is not None:
             return False
-        if self.explicit_range()[0] is not None:
+        if version_range.explicit(self)[0] is not None:
             return bool(self.move_watermark)
         return self.move_watermark is not False
-
-    def explicit_range(self) -> tuple[int | None, int | None]:
-        """``start_version``/``end_version`` as numbers, checked (None: not given)."""
-        where = {"task_id": self.task_id, "table_uri": self.table_uri}
-        start = parameters.version_number(self.start_version, "start_version", **where)
-        end = parameters.version_number(self.end_version, "end_version", **where)
-        parameters.ordered_range(start, end, **where)
-        return start, end
-
-    def _sensor_range(self, context: Context) -> dict[str, Any] | None:
-        """The range the sensor found in this run (of the same map index, for mapped tasks)."""
-        if not self.sensor_task_id:
-            return None
-        ti = context["ti"]
-        return ti.xcom_pull(task_ids=self.sensor_task_id, map_indexes=ti.map_index)
-
-    def _watermark_range(self, context: Context) -> tuple[LoadStart, int] | None:
-        stored = self.store.read_watermark(context)
-        latest = self.probe.latest(since=None if stored is None else stored.version)
-        start = resolve_load_start(
-            stored, table_id=self.probe.table_id, latest=latest, initial=self.initial,
-            table_uri=self.table_uri, reset_if_ahead=self.reset_if_ahead,
-            sink_held_through=self._sink_held_through,
-        )
-        found = load_range.watermark_range(start, latest)
-        if found is None and self.moves_watermark and load_range.caught_up_unrecorded(
-                start, latest, stored, self.probe.table_id):
-            self.advance_watermark(context, latest)
-        return found
-
-    def _sink_held_through(self, first: int | None) -> int | None:
-        """The last source version the sink holds for this task without a hole from ``first``."""
-        return make_sink(self.sink_spec()).held_through(first)
-
-    def _latest(self) -> int:
-        return core.latest_version(self.table_uri, storage_options=self.source_storage_options)
 
 
 class DeltaTimeTravelOperator(_DeltaSparkJobOperator):

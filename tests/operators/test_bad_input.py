@@ -24,7 +24,9 @@ from airflow_provider_delta.errors import (
 )
 from airflow_provider_delta.job.driver import run_job
 from airflow_provider_delta.job.spec import JobSpec, SinkSpec
-from airflow_provider_delta.operators import DeltaIncrementalOperator, DeltaTimeTravelOperator
+from airflow_provider_delta.operators import (
+    DeltaIncrementalOperator, DeltaTimeTravelOperator, version_range,
+)
 from airflow_provider_delta.watermarks import VariableWatermarkStore
 
 from .conftest import append_rows, delta_rows
@@ -161,10 +163,10 @@ def test_recreated_source_is_refused_unless_reset(source, tmp_path, monkeypatch)
         )
 
     with pytest.raises(WatermarkError) as caught:
-        load()._watermark_range({})
+        version_range.from_watermark(load(), {})
     assert old_id in str(caught.value) and new_id in str(caught.value)
     reset = load(initial="earliest", reset_if_ahead=True)
-    assert reset._watermark_range({}) == (LoadStart("changes", 0), 3)
+    assert version_range.from_watermark(reset, {}) == (LoadStart("changes", 0), 3)
 
     class Kept(VariableWatermarkStore):
         """Keeps what the operator writes (a Variable write needs the metadata DB)."""

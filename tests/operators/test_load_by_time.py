@@ -22,7 +22,7 @@ from airflow.sdk import DAG, DeltaDataIntervalTimetable
 from deltalake import DeltaTable
 
 from airflow_provider_delta.errors import IntervalNotOverError, InvalidParameterError, MergeOrderError
-from airflow_provider_delta.operators import DeltaIncrementalOperator
+from airflow_provider_delta.operators import DeltaIncrementalOperator, time_range
 
 from .conftest import append_rows, connect_connection, delta_rows
 
@@ -148,7 +148,7 @@ def test_interval_not_over_is_refused(tmp_path):
         start_timestamp=now - timedelta(hours=1), end_timestamp=now + timedelta(hours=1))
     with pytest.raises(IntervalNotOverError, match=r"newest commit, version 7, is at "
                                                    r"2024-05-01T05:15:00\+00:00"):
-        load._interval_versions(*load.time_interval())
+        time_range.interval_versions(load, *time_range.interval(load))
 
 
 def test_time_range_parameters_are_checked():
@@ -237,4 +237,4 @@ def test_change_feed_merged_by_hour(connect_transport, run_hour, tmp_path):
     run_hour(late, 2)
     with pytest.raises(MergeOrderError, match=r"holds versions 0\.\.1, but the delta-merge "
                                               r"target .* holds the changes up to version 4"):
-        late.get_task("load")._refuse_merge_out_of_order(0, 1, "[00:00, 01:00)")
+        time_range.refuse_merge_out_of_order(late.get_task("load"), 0, 1, "[00:00, 01:00)")
