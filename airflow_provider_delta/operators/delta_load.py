@@ -399,7 +399,8 @@ class DeltaIncrementalOperator(_DeltaSparkJobOperator):
     :param end_timestamp: the interval's end (excluded); see ``start_timestamp``.
     :param range_from: ``"data_interval"``: the run's data interval is the time range.
     :param interval_grace: how long after an interval's end a commit timed before it may
-        still show up; a task started within it waits until it passed (default one minute).
+        still show up; a task started within it waits until it passed (default one minute;
+        only with a time range).
     :param asset_partition: Airflow >= 3.3: the target's asset event gets a partition key,
         ``"interval"`` (its start, UTC, ``%Y-%m-%dT%H:%M:%S``) or ``"versions"``.
     :param change_feed: load the row changes of the range (inserts, deletes, update images,
@@ -460,7 +461,7 @@ class DeltaIncrementalOperator(_DeltaSparkJobOperator):
         start_timestamp: datetime | str | None = None,
         end_timestamp: datetime | str | None = None,
         range_from: str | None = None,
-        interval_grace: timedelta = timedelta(minutes=1),
+        interval_grace: timedelta | None = None,
         asset_partition: str | None = None,
         **kwargs: Any,
     ):

@@ -461,6 +461,14 @@ def asset_partition(value: str | None, *, target: str | None, has_time_range: bo
     return value
 
 
+def interval_grace(value: object, *, task_id: str | None, table_uri: str) -> dt.timedelta:
+    """``interval_grace``: a ``timedelta`` of zero or more."""
+    if not isinstance(value, dt.timedelta) or value < dt.timedelta(0):
+        raise InvalidParameterError(task_id, "interval_grace", value, "is not a duration >= 0",
+                                    "give a timedelta, e.g. timedelta(minutes=1)", table_uri)
+    return value
+
+
 def watermark_asset_store(asset: object, store: str, *, task_id: str | None,
                           table_uri: str) -> None:
     """``watermark_asset`` only means something to the ``"asset_state"`` store."""

@@ -27,7 +27,9 @@ from airflow_provider_delta.core.commit_times import (
 )
 from airflow_provider_delta.core.delta_log import TableLocation
 from airflow_provider_delta.core.model import LoadStart
-from airflow_provider_delta.errors import IntervalNotOverError, MergeOrderError
+from airflow_provider_delta.errors import (
+    IntervalNotOverError, InvalidParameterError, MergeOrderError,
+)
 from airflow_provider_delta.job.sinks import make_sink
 from airflow_provider_delta.job.spec import JobResult
 from airflow_provider_delta.operators import parameters
@@ -38,18 +40,25 @@ if TYPE_CHECKING:
 
 # The format of Airflow's time partition keys (its temporal partition mappers read it).
 PARTITION_KEY_FORMAT = "%Y-%m-%dT%H:%M:%S"
+DEFAULT_GRACE = timedelta(minutes=1)
 
 
 def setup(op: Any, start: datetime | str | None,
-          end: datetime | str | None, range_from: str | None, grace: timedelta,
+          end: datetime | str | None, range_from: str | None, grace: timedelta | None,
           asset_partition: str | None) -> None:
     """Set the time-range parameters on ``op``, checked where they are not templated."""
     where = {"task_id": op.task_id, "table_uri": op.table_uri}
     op.start_timestamp, op.end_timestamp = parameters.range_source(
         range_from, start, end, **where)
     op.range_from = range_from
-    op.interval_grace = grace
     has_time_range = op.start_timestamp is not None or op.end_timestamp is not None
+    if grace is not None and not has_time_range:
+        raise InvalidParameterError(
+            op.task_id, "interval_grace", grace, "is given without a time range",
+            "give start_timestamp/end_timestamp or range_from, or drop interval_grace",
+            op.table_uri)
+    op.interval_grace = parameters.interval_grace(
+        DEFAULT_GRACE if grace is None else grace, **where)
     if has_time_range:
         parameters.alone_with_time_range({
             "start_version": op.start_version, "end_version": op.end_version,

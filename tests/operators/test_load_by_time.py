@@ -170,6 +170,12 @@ def test_time_range_parameters_are_checked():
         ({"end_timestamp": H0}, "end_timestamp=datetime.datetime(2024, 5, 1, 0, 0, "
                                 "tzinfo=datetime.timezone.utc) needs start_timestamp too"),
         ({"asset_partition": "interval"}, "asset_partition='interval' needs a time range"),
+        ({"range_from": "data_interval", "interval_grace": 60},
+         "load: /tmp/source: interval_grace=60 is not a duration >= 0; give a timedelta"),
+        ({"range_from": "data_interval", "interval_grace": timedelta(minutes=-5)},
+         "is not a duration >= 0"),
+        ({"interval_grace": timedelta(minutes=5)},
+         "interval_grace=datetime.timedelta(seconds=300) is given without a time range"),
     ]
     for keywords, message in cases:
         with pytest.raises(InvalidParameterError) as caught:
