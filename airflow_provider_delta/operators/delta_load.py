@@ -395,7 +395,9 @@ class DeltaIncrementalOperator(_DeltaSparkJobOperator):
         end_timestamp)`` by Delta's commit times, instead of a version range; the watermark is
         neither read nor moved. An interval not over yet is refused with
         :class:`~airflow_provider_delta.errors.IntervalNotOverError` (see the "Loading by
-        time" page and :mod:`~airflow_provider_delta.operators.time_range`).
+        time" page and :mod:`~airflow_provider_delta.operators.time_range`); with
+        ``sink="delta-merge"`` an interval older than what the target holds is refused with
+        :class:`~airflow_provider_delta.errors.MergeOrderError`.
     :param end_timestamp: the interval's end (excluded); see ``start_timestamp``.
     :param range_from: ``"data_interval"``: the run's data interval is the time range.
     :param interval_grace: how long after an interval's end a commit timed before it may
