@@ -64,7 +64,15 @@ def setup(op: Any, start: datetime | str | None,
             "start_version": op.start_version, "end_version": op.end_version,
             "sensor_task_id": op.sensor_task_id, "move_watermark": op.move_watermark,
             "watermark_store": None if op.watermark_store == "xcom" else
-            op.watermark_store}, **where)
+            op.watermark_store, "watermark_asset": op.watermark_asset,
+            "watermark_key": None if op.watermark_key == "delta_watermark" else
+            op.watermark_key, "initial": None if op.initial == "snapshot" else op.initial,
+            "reset_if_ahead": op.reset_if_ahead}, **where)
+        if op.sink is None:
+            raise InvalidParameterError(
+                op.task_id, "sink", None, "is given with a time range: nothing records the "
+                "versions loaded, so a re-run would load them again",
+                "give a sink (e.g. sink='delta'), or load by version range", op.table_uri)
     if not (parameters.is_templated(op.start_timestamp)
             or parameters.is_templated(op.end_timestamp)):
         interval(op)

@@ -174,12 +174,20 @@ def test_time_range_parameters_are_checked():
          "load: /tmp/source: interval_grace=60 is not a duration >= 0; give a timedelta"),
         ({"range_from": "data_interval", "interval_grace": timedelta(minutes=-5)},
          "is not a duration >= 0"),
+        ({"range_from": "data_interval", "initial": "latest"},
+         "initial='latest' is given with a time range"),
+        ({"range_from": "data_interval", "watermark_key": "wm"},
+         "watermark_key='wm' is given with a time range"),
+        ({"range_from": "data_interval", "reset_if_ahead": True},
+         "reset_if_ahead=True is given with a time range"),
+        ({"range_from": "data_interval", "sink": None, "target": None, "sql": "SELECT 1"},
+         "sink=None is given with a time range"),
         ({"interval_grace": timedelta(minutes=5)},
          "interval_grace=datetime.timedelta(seconds=300) is given without a time range"),
     ]
     for keywords, message in cases:
         with pytest.raises(InvalidParameterError) as caught:
-            DeltaIncrementalOperator(**common, **keywords)
+            DeltaIncrementalOperator(**{**common, **keywords})
         assert message in str(caught.value), keywords
 
 
