@@ -354,7 +354,7 @@ def check_connection(conn_id: str, parameter: str, conn_type: str, *, task_id: s
 
 # range_from= values, and the start_timestamp/end_timestamp templates each stands for.
 RANGE_SOURCES = {"data_interval": ("{{ data_interval_start }}", "{{ data_interval_end }}")}
-ASSET_PARTITIONS = ("interval", "versions")
+ASSET_PARTITION_KINDS = ("interval", "versions")
 
 
 def range_source(value: str | None, start: object, end: object, *, task_id: str,
@@ -445,10 +445,10 @@ def asset_partition(value: str | None, *, target: str | None, has_time_range: bo
     target that is the task's outlet."""
     if value is None:
         return None
-    if value not in ASSET_PARTITIONS:
+    if value not in ASSET_PARTITION_KINDS:
         raise InvalidParameterError(task_id, "asset_partition", value,
                                     "is not a partition key kind",
-                                    f"use one of {ASSET_PARTITIONS}, or None", table_uri)
+                                    f"use one of {ASSET_PARTITION_KINDS}, or None", table_uri)
     if value == "interval" and not has_time_range:
         raise InvalidParameterError(
             task_id, "asset_partition", value, "needs a time range",
