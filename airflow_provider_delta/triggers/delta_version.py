@@ -115,9 +115,7 @@ class DeltaVersionTrigger(BaseEventTrigger):
     ):
         super().__init__()
         storage_options = _check_settings(table_uri, min_new_versions, poll_interval, fire_once,
-                                          delta_conn_id, storage_options)
-        parameters.flag(data_changes_only, "data_changes_only", task_id=None,
-                        table_uri=table_uri)
+                                          delta_conn_id, storage_options, data_changes_only)
         self.table_uri = table_uri
         self.start_version = start_version
         self.initial = validate_initial(initial, table_uri)
@@ -228,7 +226,7 @@ class DeltaVersionTrigger(BaseEventTrigger):
             if outcome is not None:
                 yield outcome
                 start_version = outcome["end_version"] + 1
-            outcome = await self._next_poll(polls)
+            outcome = await _next_poll(polls, self.timeout_at)
             if outcome is None:
                 yield None
                 return
@@ -258,7 +256,8 @@ class DeltaVersionTrigger(BaseEventTrigger):
     def _unless_retried(self, err: DeltaProviderError, failures: int) -> DeltaProviderError | None:
         """``err`` if it ends the wait; None (after logging) if the polls carry on."""
         if self._waits_for_table(err):
-            self._log_progress("%s (a watcher waits for the table to be created)", err)
+            level = logging.INFO if self._progress.due() else logging.DEBUG  # once a minute
+            self.log.log(level, "%s (a watcher waits for the table to be created)", err)
             return None
         if err.permanent:
             if not self.fire_once:
@@ -266,15 +265,6 @@ class DeltaVersionTrigger(BaseEventTrigger):
             return err
         self.log.warning("%s (attempt %d); retrying with backoff", err, failures)
         return None
-
-    async def _next_poll(self, polls: AsyncIterator[Poll]) -> Poll | None:
-        """The next shared poll; None once the timeout has passed."""
-        if self.timeout_at is None:
-            return await anext(polls)
-        try:
-            return await asyncio.wait_for(anext(polls), max(self.timeout_at - time.time(), 0.0))
-        except asyncio.TimeoutError:  # TimeoutError's alias from Python 3.11 on
-            return None
 
     async def _retrying(self, step: Callable[[VersionProbe], Awaitable[LoadStart]],
                         probe: VersionProbe) -> LoadStart:
@@ -288,26 +278,17 @@ class DeltaVersionTrigger(BaseEventTrigger):
                 failures += not waits
                 if self._unless_retried(err, failures) is not None:
                     raise
-                await asyncio.sleep(self.poll_interval if waits else self._backoff(failures))
+                await asyncio.sleep(self.poll_interval if waits else _backoff(self, failures))
 
     def _waits_for_table(self, err: DeltaProviderError) -> bool:
         """A watcher may be set up before its table: a missing table is then worth waiting for."""
         return not self.fire_once and isinstance(err, TableNotFoundError)
-
-    def _log_progress(self, message: str, *args: object) -> None:
-        """``message`` at INFO at most once a minute, else at DEBUG."""
-        self.log.log(logging.INFO if self._progress.due() else logging.DEBUG, message, *args)
 
     def _check(self, probe: VersionProbe, start_version: int) -> VersionRange | None:
         latest = probe.latest(since=start_version - 1 if start_version > 0 else None)
         return probe.new_range(start_version, latest, self.min_new_versions,
                                data_changes_only=self.data_changes_only,
                                quiet=not self._progress.due())
-
-    def _backoff(self, failures: int) -> float:
-        """The backoff after ``failures`` failures, ending no later than the timeout."""
-        wait = backoff_seconds(self.poll_interval, self.max_backoff, failures)
-        return wait if self.timeout_at is None else min(wait, max(self.timeout_at - time.time(), 0.0))
 
     def _poll_key(self) -> PollKey:
         return PollKey(to_uri(self.table_uri), self.delta_conn_id, float(self.poll_interval),
@@ -344,7 +325,8 @@ class DeltaVersionTrigger(BaseEventTrigger):
 
 def _check_settings(table_uri: str, min_new_versions: int, poll_interval: float,
                     fire_once: bool, delta_conn_id: str | None,
-                    storage_options: dict[str, str] | None) -> dict[str, str] | None:
+                    storage_options: dict[str, str] | None,
+                    data_changes_only: bool) -> dict[str, str] | None:
     """Refuse, at construction, settings a trigger cannot run with; returns
     ``storage_options`` as checked."""
     if not fire_once:  # only a deferred sensor's trigger runs on Airflow 2
@@ -353,6 +335,7 @@ def _check_settings(table_uri: str, min_new_versions: int, poll_interval: float,
     parameters.table_location(table_uri, "table_uri", task_id=None)
     parameters.identifier(delta_conn_id, "delta_conn_id", task_id=None, table_uri=table_uri,
                           what="a connection id, or None")
+    parameters.flag(data_changes_only, "data_changes_only", task_id=None, table_uri=table_uri)
     if isinstance(min_new_versions, bool) or not isinstance(min_new_versions, int) or (
             min_new_versions < 1):
         raise InvalidParameterError(None, "min_new_versions", min_new_versions, "is below 1",
@@ -374,6 +357,24 @@ def _timeout_event(trigger: DeltaVersionTrigger, start_version: int) -> TriggerE
 
 def _error_event(table_uri: str, err: DeltaProviderError) -> TriggerEvent:
     return TriggerEvent({"status": "error", "table_uri": table_uri, "message": str(err)})
+
+
+def _backoff(trigger: DeltaVersionTrigger, failures: int) -> float:
+    """The backoff after ``failures`` failures, ending no later than the trigger's timeout."""
+    wait = backoff_seconds(trigger.poll_interval, trigger.max_backoff, failures)
+    if trigger.timeout_at is None:
+        return wait
+    return min(wait, max(trigger.timeout_at - time.time(), 0.0))
+
+
+async def _next_poll(polls: AsyncIterator[Poll], timeout_at: float | None) -> Poll | None:
+    """The next shared poll; None once the timeout (epoch seconds) has passed."""
+    if timeout_at is None:
+        return await anext(polls)
+    try:
+        return await asyncio.wait_for(anext(polls), max(timeout_at - time.time(), 0.0))
+    except asyncio.TimeoutError:  # TimeoutError's alias from Python 3.11 on
+        return None
 
 
 async def _call_now(function: Callable[..., Any], *args: Any) -> Any:

@@ -9,6 +9,7 @@ import pytest
 
 from airflow_provider_delta.core import commit_timestamp
 from airflow_provider_delta.triggers import DeltaVersionTrigger
+from airflow_provider_delta.triggers.delta_version import _backoff
 from airflow_provider_delta.watermarks import LoadStart
 
 
@@ -150,9 +151,9 @@ def test_bad_arguments(kwargs, message):
 
 def test_backoff_after_transient_errors_is_bounded():
     trigger = DeltaVersionTrigger(table_uri="/t", poll_interval=2, max_backoff=30)
-    assert [trigger._backoff(failures) for failures in range(6)] == [2, 4, 8, 16, 30, 30]
+    assert [_backoff(trigger, failures) for failures in range(6)] == [2, 4, 8, 16, 30, 30]
     trigger.timeout_at = time.time() + 5
-    assert trigger._backoff(4) <= 5  # never sleeps past the sensor's timeout
+    assert _backoff(trigger, 4) <= 5  # never sleeps past the sensor's timeout
 
 
 def test_catalog_managed_table_ends_with_an_error_event(shared_table):
