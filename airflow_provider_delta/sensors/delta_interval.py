@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 from airflow_provider_delta.compat import BaseSensorOperator, PokeReturnValue, conf
 from airflow_provider_delta.core.delta_log import TableLocation
 from airflow_provider_delta.core.interval_end import IntervalEnd, interval_end_reached
-from airflow_provider_delta.errors import InvalidParameterError
 from airflow_provider_delta.hooks.delta import DEFAULT_CONN_ID
 from airflow_provider_delta.operators import parameters
 from airflow_provider_delta.sensors.delta_version import sensor_storage_options
@@ -74,10 +73,7 @@ class DeltaIntervalSensor(BaseSensorOperator):
         parameters.flag(deferrable, "deferrable", **where)
         check_options = parameters.stored_storage_map if deferrable else parameters.storage_map
         self.explicit_storage_options = check_options(storage_options, **where)
-        if not isinstance(interval_grace, timedelta) or interval_grace < timedelta(0):
-            raise InvalidParameterError(self.task_id, "interval_grace", interval_grace,
-                                        "is not a timedelta >= 0",
-                                        "give e.g. timedelta(minutes=5)", table_uri)
+        parameters.interval_grace(interval_grace, **where)
         self.table_uri = table_uri
         self.interval_end = interval_end
         self.interval_grace = interval_grace

@@ -71,7 +71,7 @@ def test_a_new_commit_completes_an_interval_that_just_ended(growing_table):
 def test_bad_parameters_are_refused(growing_table):
     table = growing_table(1)
     with pytest.raises(InvalidParameterError, match="complete: .*: interval_grace=.*days=-1.* is not a "
-                                                    "timedelta >= 0"):
+                                                    "duration >= 0"):
         DeltaIntervalSensor(task_id="complete", table_uri=table.uri,
                             interval_grace=timedelta(days=-1))
     with pytest.raises(InvalidParameterError, match="interval_end='None' is not a date and time; "
