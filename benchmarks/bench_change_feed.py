@@ -1,17 +1,26 @@
-"""Change feed benchmark: read_change_feed against deltalake's load_cdf, and a merge load
-against a full reload of the target.
+"""Change feed benchmark: read_change_feed against Spark's own read of the same files, and a
+merge load against a full reload of the target.
 
-Side by side in one run on one local SparkSession (the sides alternate, medians of
-``--repeat`` warm runs after a warm-up of each; the first call of each side in the fresh
-session is shown apart). Each side's CPU time (Spark's JVM and this process, all threads) is
-printed beside its wall time: on a machine other jobs load, wall times swing with their load
-while CPU times stay close to the work done.
+1. The feed at Spark's floor. Per case, a table of ``--rows`` rows in ``--commits`` appends
+   (one file each), then one commit changing 1% of the rows (every hundredth id, so every file
+   is touched):
 
-1. The feed of a table's first ``--rows`` inserted rows (``--commits`` appends), CDF on and
-   off: ``read_change_feed`` (log planning + one Spark job writing every row to Spark's
-   ``noop`` sink) against Spark's floor, ``spark.read.parquet`` of the same files into
-   ``noop``. Goal: ratio <= 1.5. With CDF on, also against ``load_cdf`` of the same range
-   read into Arrow (deltalake, in process, no JVM).
+   * ``cdf-on``: the Change Data Feed on, the change an UPDATE (deltalake writes cdc files);
+   * ``cdf-off``: no Change Data Feed, the change a copy-on-write DELETE (deltalake rewrites
+     the files, no deletion vectors), which the feed nets (the rewritten files' rows against
+     the removed files' rows).
+
+   ``read_change_feed`` of the whole range (the appends and the change) into Spark's ``noop``
+   sink, against Spark's floor: ``spark.read.parquet`` of the files the feed reads (the
+   appends' adds, the change's cdc files, or its added and removed files), taken from the log,
+   into the same sink. Goals: CDF on <= 1.3x, CDF off <= 1.8x. ``--layout appends`` leaves the
+   change out (the feed of the appends alone: the earlier layout, goal <= 1.5x).
+
+   Each revision measures in a child process of its own (a fresh local Spark session, warm-up
+   of each side, then ``--repeat`` runs with the sides alternating); best and median wall
+   times and the best CPU times (Spark's JVM and the child, all threads) are printed with
+   ``uptime``. ``--baseline-rev REV`` measures the same tables also with the package at
+   ``REV`` (git archive), right after this checkout's run.
 2. A target of ``--rows`` rows in ``--files`` files clustered by key (as after OPTIMIZE or
    Z-order) gets one source commit that updates 1% of the rows, applied with the driver's
    ``run_job`` (``change_feed=True``, ``delta-merge`` sink), against rewriting the whole
@@ -22,34 +31,41 @@ while CPU times stay close to the work done.
    rows (the merge's small feed on the driver with Arrow; the rewrite's 1M rows with Spark),
    and the write and commit (deltalake's MERGE; Spark's Parquet write and a deltalake commit).
 
-Usage: ``python benchmarks/bench_change_feed.py [--rows 1000000] [--commits 10] [--files 40]
-[--repeat 3] [--part feed|merge|both]``. Tables are written with ``deltalake`` into a temp
-folder.
+Usage: ``PYTHONPATH=. python benchmarks/bench_change_feed.py [--rows 1000000,10000000]
+[--commits 10] [--cases cdf-on,cdf-off] [--layout issue|appends] [--baseline-rev REV]
+[--repeat 3] [--part feed|merge|both] [--files 40]``. Tables are written with ``deltalake``
+into a temp folder and deleted after each size.
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import os
 import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import unquote
 
 import numpy as np
 import pyarrow as pa
 from bench_spark_reader import local_spark, noop_write, timed_pair
+from bench_triggers import package_at
 from deltalake import DeltaTable, write_deltalake
 
-from airflow_provider_delta.core import LoadStart, plan_change_feed
+from airflow_provider_delta.core import LoadStart
 from airflow_provider_delta.job.driver import run_job
 from airflow_provider_delta.job.spec import JobSpec, SinkSpec
 from airflow_provider_delta.spark import read_change_feed
 
 _CDF_ON = {"delta.enableChangeDataFeed": "true"}
+_CHANGED = "id % 100 = 7"  # 1% of the rows, in every file
 
 
 def rows_of(first: int, count: int) -> pa.Table:
@@ -88,9 +104,63 @@ class CpuClock:
         return (int(fields[11]) + int(fields[12])) / self.tick + time.process_time()
 
 
+def cdf_on_case(path: str, rows: int, commits: int, change: bool) -> None:
+    """Appends with the Change Data Feed on, then one UPDATE of 1% of the rows (deltalake
+    writes cdc files for it)."""
+    write_clustered(path, rows, commits, _CDF_ON)
+    if change:
+        DeltaTable(path).update(updates={"label": "'changed'"}, predicate=_CHANGED)
+
+
+def cdf_off_case(path: str, rows: int, commits: int, change: bool) -> None:
+    """Appends without the Change Data Feed, then one copy-on-write DELETE of 1% of the rows
+    (deltalake rewrites the files, no deletion vectors)."""
+    write_clustered(path, rows, commits)
+    if change:
+        DeltaTable(path).delete(_CHANGED)
+
+
+# case name -> writer of its table: ``(path, rows, commits, change)``, ``change`` False for the
+# appends-only layout
+FEED_CASES: dict[str, Callable[[str, int, int, bool], None]] = {
+    "cdf-on": cdf_on_case, "cdf-off": cdf_off_case,
+}
+
+
+def floor_paths(path: str, end: int) -> list[str]:
+    """The files a change feed of versions 0..``end`` reads, from the log: per commit its cdc
+    files, else its data-changing adds and removes. Independent of the package, so that a
+    baseline revision meets the same floor."""
+    paths = []
+    for version in range(end + 1):
+        with open(Path(path, "_delta_log", f"{version:020}.json")) as commit:
+            actions = [json.loads(line) for line in commit if line.strip()]
+        cdc = [action["cdc"]["path"] for action in actions if "cdc" in action]
+        files = cdc or [action[kind]["path"] for action in actions for kind in ("add", "remove")
+                        if kind in action and action[kind].get("dataChange", True)]
+        paths += [str(Path(path, unquote(file))) for file in files]
+    return paths
+
+
+def measure_feeds(tables: list[dict], repeat: int) -> None:
+    """Each table's feed against its floor in one warm session, one JSON line per table (run
+    in a child process whose PYTHONPATH chooses the package's revision)."""
+    spark = local_spark()
+    clock = CpuClock(spark)
+    for table in tables:
+        path, end = table["path"], table["end"]
+        paths = floor_paths(path, end)
+        ours = noop_write(lambda: read_change_feed(spark, path, 0, end))
+        floor = noop_write(lambda: spark.read.parquet(*paths))
+        first = timed(ours)
+        runs = side_by_side(clock, {"ours": ours, "floor": floor}, repeat)
+        print(json.dumps({**table, "first": first, "files": len(paths), **runs}), flush=True)
+    spark.stop()
+
+
 def side_by_side(clock: CpuClock, sides: dict[str, Callable[[], object]], repeat: int
-                 ) -> dict[str, tuple[float, float | None]]:
-    """Median (wall, CPU) seconds of each side, run alternately after one warm-up each."""
+                 ) -> dict[str, list[tuple[float, float | None]]]:
+    """(wall, CPU) seconds of each side's runs, the sides alternating after one warm-up each."""
     for action in sides.values():
         action()
     spent: dict[str, list[tuple[float, float | None]]] = {name: [] for name in sides}
@@ -100,38 +170,56 @@ def side_by_side(clock: CpuClock, sides: dict[str, Callable[[], object]], repeat
             action()
             wall, cpu_end = time.perf_counter() - start, clock()
             spent[name].append((wall, None if cpu is None else cpu_end - cpu))
-    return {name: (statistics.median(w for w, _ in runs),
-                   None if runs[0][1] is None else statistics.median(c for _, c in runs))
-            for name, runs in spent.items()}
+    return spent
 
 
-def bench_feed(spark, work: Path, rows: int, commits: int, repeat: int) -> None:
-    clock = CpuClock(spark)
-    for cdf in (True, False):
-        source = str(work / f"feed-source-{'on' if cdf else 'off'}")
-        write_clustered(source, rows, commits, _CDF_ON if cdf else None)
-        end = commits - 1
-        paths = plan_change_feed(source, 0, end).file_table.column("path").to_pylist()
-        ours = noop_write(lambda: read_change_feed(spark, source, 0, end))
-        plain = noop_write(lambda: spark.read.parquet(*paths))
-        first_ours = timed(ours)
-        times = side_by_side(clock, {"ours": ours, "floor": plain}, repeat)
-        (wall, cpu), (floor_wall, floor_cpu) = times["ours"], times["floor"]
-        cpus = (f"; CPU {cpu:.2f}s vs {floor_cpu:.2f}s, {cpu / floor_cpu:.2f}x"
-                if cpu is not None else "")
-        print(f"1. feed of {rows} rows in {commits} commits, CDF {'on' if cdf else 'off'}: "
-              f"read_change_feed {wall:.3f}s (first call in the session {first_ours:.3f}s); "
-              f"Spark's floor, spark.read.parquet of the same files: {floor_wall:.3f}s; "
-              f"ratio {wall / floor_wall:.2f}x{cpus} (goal <= 1.5x); load average "
-              f"{', '.join(f'{x:.1f}' for x in os.getloadavg())}")
-        if cdf:
-            def theirs() -> None:
-                pa.table(DeltaTable(source).load_cdf(starting_version=0, ending_version=end))
+def bench_feed(work: Path, args: argparse.Namespace) -> None:
+    """Per size, every case's table written once, then measured by each revision's child."""
+    revisions = {"this": Path(__file__).resolve().parent.parent}
+    if args.baseline_rev:
+        revisions[args.baseline_rev] = package_at(args.baseline_rev, work)
+    change = args.layout == "issue"
+    for rows in args.rows:
+        tables = []
+        for case in args.cases:
+            path = str(work / f"feed-{case}-{rows}")
+            FEED_CASES[case](path, rows, args.commits, change)
+            tables.append({"case": case, "rows": rows, "path": path,
+                           "end": DeltaTable(path).version()})
+        for label, root in revisions.items():
+            print(f"uptime: {uptime()}", flush=True)
+            for result in run_measure(root, tables, args.repeat):
+                print_feed(label, result)
+        for table in tables:
+            shutil.rmtree(table["path"], ignore_errors=True)
+    print(f"uptime: {uptime()}")
 
-            warm_ours, warm_theirs = timed_pair(ours, theirs, repeat)
-            print(f"   against deltalake's load_cdf into Arrow (in process, no JVM): "
-                  f"{warm_ours:.3f}s vs {warm_theirs:.3f}s, {warm_ours / warm_theirs:.2f}x")
-        shutil.rmtree(source, ignore_errors=True)
+
+def run_measure(root: Path, tables: list[dict], repeat: int) -> list[dict]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, __file__, "--measure", json.dumps(tables),
+                           "--repeat", str(repeat)], env=env, capture_output=True, text=True)
+    if done.returncode:
+        sys.exit(f"the measuring child failed:\n{done.stderr}")
+    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+
+
+def print_feed(label: str, result: dict) -> None:
+    ours, floor = result["ours"], result["floor"]
+    wall = [min(w for w, _ in ours), statistics.median(w for w, _ in ours),
+            min(w for w, _ in floor), statistics.median(w for w, _ in floor)]
+    cpu = "" if ours[0][1] is None else (
+        f"; CPU best {min(c for _, c in ours):.2f} s vs {min(c for _, c in floor):.2f} s, "
+        f"{min(c for _, c in ours) / min(c for _, c in floor):.2f}x")
+    print(f"{result['rows']:>9,} rows {result['case']:<8} {label:<8} ours best {wall[0]:.3f} s "
+          f"(median {wall[1]:.3f}), floor best {wall[2]:.3f} s (median {wall[3]:.3f}) of "
+          f"{result['files']} files: ratio best {wall[0] / wall[2]:.2f}x, median "
+          f"{wall[1] / wall[3]:.2f}x{cpu}; first call {result['first']:.2f} s", flush=True)
+
+
+def uptime() -> str:
+    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
 
 def merge_job(source: str, target: str, version: int) -> JobSpec:
@@ -182,22 +270,32 @@ def _merge_metrics(path: str) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--rows", type=lambda text: [int(n) for n in text.split(",")],
+                        default=[1_000_000], help="comma-separated sizes (the feed)")
     parser.add_argument("--commits", type=int, default=10)
     parser.add_argument("--files", type=int, default=40)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--part", choices=("feed", "merge", "both"), default="both")
+    parser.add_argument("--part", choices=("feed", "merge", "both"), default="feed")
+    parser.add_argument("--layout", choices=("issue", "appends"), default="issue")
+    parser.add_argument("--cases", type=lambda text: text.split(","), default=list(FEED_CASES))
+    parser.add_argument("--baseline-rev", default="")
+    parser.add_argument("--measure", help=argparse.SUPPRESS)  # a child's tables, as JSON
     args = parser.parse_args()
+    if args.measure:
+        measure_feeds(json.loads(args.measure), args.repeat)
+        return
 
-    spark = local_spark()
     work = Path(tempfile.mkdtemp(prefix="bench-change-feed-"))
-    if args.part != "merge":
-        bench_feed(spark, work, args.rows, args.commits, args.repeat)
-    if args.part != "feed":
-        bench_merge(spark, work, args.rows, args.files, args.repeat)
-    print(f"load average (1, 5, 15 min): {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    spark.stop()
-    shutil.rmtree(work, ignore_errors=True)
+    try:
+        if args.part != "merge":
+            bench_feed(work, args)
+        if args.part != "feed":
+            spark = local_spark()
+            bench_merge(spark, work, args.rows[0], args.files, args.repeat)
+            print(f"uptime: {uptime()}")
+            spark.stop()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
