@@ -18,6 +18,7 @@ import dataclasses
 import logging
 import os
 import threading
+import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
@@ -25,7 +26,7 @@ from urllib.parse import unquote, urlencode, urlparse
 
 from airflow_provider_delta.credential_keys import with_sql_options_redaction
 from airflow_provider_delta.errors import SparkConnectError, SparkConnectUnavailableError
-from airflow_provider_delta.job.driver import configure_session, run_job
+from airflow_provider_delta.job.driver import job_session_confs, run_job
 from airflow_provider_delta.job.spec import JobResult, JobSpec
 
 if TYPE_CHECKING:
@@ -109,23 +110,34 @@ class ConnectJob:
             session.stop()  # releases the session and its confs on the server
 
     def _configure(self, session: SparkSession, spec: JobSpec, confs: Mapping[str, str]) -> None:
-        """The task's confs, then the job's own (UTC): the first calls to the server. The
-        first is the SQL options redaction: a session cannot set ``spark.redaction.regex``,
-        but this one hides the session's credential confs and writer options in the UI."""
+        """The task's confs, then the job's own (UTC): the first calls to the server, all in
+        one request. The first is the SQL options redaction: a session cannot set
+        ``spark.redaction.regex``, but this one hides the session's credential confs and
+        writer options in the UI."""
         from pyspark.errors import AnalysisException
 
-        for key, value in with_sql_options_redaction(confs).items():
-            try:
-                session.conf.set(key, value)
-            except AnalysisException as error:
-                raise SparkConnectError(
-                    f"{spec.table_uri}: {_what(spec)} not loaded: conf {key!r} cannot be set on "
-                    f"a Spark Connect session of connection {self.conn_id!r} "
-                    f"({error.getCondition()}); set it on the server, or drop it from the "
-                    "operator's conf (only runtime SQL confs apply per task)",
-                    table_uri=spec.table_uri,
-                ) from error
-        configure_session(session)
+        task_confs = with_sql_options_redaction(confs)
+        try:
+            _set_confs(session, {**task_confs, **job_session_confs(session.version)})
+        except AnalysisException:
+            for key, value in task_confs.items():  # which conf the server refused
+                self._set_task_conf(session, spec, key, value)
+            raise
+
+    def _set_task_conf(self, session: SparkSession, spec: JobSpec, key: str, value: str
+                       ) -> None:
+        from pyspark.errors import AnalysisException
+
+        try:
+            session.conf.set(key, value)
+        except AnalysisException as error:
+            raise SparkConnectError(
+                f"{spec.table_uri}: {_what(spec)} not loaded: conf {key!r} cannot be set on "
+                f"a Spark Connect session of connection {self.conn_id!r} "
+                f"({error.getCondition()}); set it on the server, or drop it from the "
+                "operator's conf (only runtime SQL confs apply per task)",
+                table_uri=spec.table_uri,
+            ) from error
 
     def _translated(self, error: Exception, spec: JobSpec) -> SparkConnectError | None:
         code = getattr(error.getGrpcStatusCode(), "name", "")
@@ -149,6 +161,17 @@ def _client_user_id(url: str) -> str | None:
     if params.get("user_id"):
         return unquote(params["user_id"])
     return os.getenv("SPARK_USER", os.getenv("USER"))
+
+
+def _set_confs(session: SparkSession, confs: Mapping[str, str]) -> None:
+    """``confs`` set in one Config request (``conf.set`` sends one a key)."""
+    import pyspark.sql.connect.proto as pb2
+
+    pairs = [pb2.KeyValue(key=key, value=value) for key, value in confs.items()]
+    result = session.client.config(
+        pb2.ConfigRequest.Operation(set=pb2.ConfigRequest.Set(pairs=pairs)))
+    for warning in result.warnings:  # e.g. a deprecated key, as conf.set shows them
+        warnings.warn(warning, stacklevel=2)
 
 
 def _fail_fast(session: SparkSession) -> None:

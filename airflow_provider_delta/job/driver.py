@@ -51,11 +51,16 @@ _SPARK_4_2_CONFS = {"spark.sql.execution.arrow.pythonUDF.columnarInput.enabled":
 
 def configure_session(spark: SparkSession) -> None:
     """Set the runtime confs every job runs with (spark-submit and Spark Connect alike)."""
-    confs = dict(_JOB_SESSION_CONFS)
-    if spark.version.startswith("4.2."):
-        confs.update(_SPARK_4_2_CONFS)
-    for key, value in confs.items():
+    for key, value in job_session_confs(spark.version).items():
         spark.conf.set(key, value)
+
+
+def job_session_confs(spark_version: str) -> dict[str, str]:
+    """The runtime confs every job runs with, on a Spark of ``spark_version``."""
+    confs = dict(_JOB_SESSION_CONFS)
+    if spark_version.startswith("4.2."):
+        confs.update(_SPARK_4_2_CONFS)
+    return confs
 
 
 def run_job(spark: SparkSession, spec: JobSpec) -> JobResult:

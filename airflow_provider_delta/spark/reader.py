@@ -58,6 +58,7 @@ _FILE_ID = "__delta_provider_file_id"
 _ROW = "__delta_provider_row_index"
 _FIELD_ID_CONF = "spark.sql.parquet.fieldId.read.enabled"
 _DISCOVERY_THRESHOLD_CONF = "spark.sql.sources.parallelPartitionDiscovery.threshold"
+_DISCOVERY_THRESHOLD = 32  # its default: fewer paths are listed on the driver anyway
 _UNMATCHED_FILE = ("airflow-provider-delta: the plan has no entry for a scanned file (its "
                    "partition values and deletion vector are unknown): ")
 
@@ -258,7 +259,7 @@ def _read_round(
         scans = scan_files(reader, spark_file_paths(paths),
                            files.column("size").combine_chunks())
     else:  # Spark Connect sends the paths in one message
-        with _serial_listing(spark, _all_local(paths)):
+        with _serial_listing(spark, len(paths) > _DISCOVERY_THRESHOLD and _all_local(paths)):
             scans = [reader.parquet(*spark_read_paths(paths).to_pylist())]
     data_sql = to_logical_sql(metadata)
     if not (metadata.partition_columns or round_deletions) and data_sql is not None:
@@ -340,7 +341,8 @@ def _serial_listing(spark: SparkSession, enabled: bool) -> Iterator[None]:
     """Let the driver stat explicit local files itself while a scan is created.
 
     Above a threshold of paths Spark lists them with a distributed job, which for thousands of
-    local files costs ten times more than ``stat`` calls on the driver.
+    local files costs ten times more than ``stat`` calls on the driver. Below its default the
+    conf is left alone: reading and setting it costs three round trips on Spark Connect.
     """
     if not enabled:
         yield

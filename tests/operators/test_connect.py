@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections import Counter
 import time
 
 import pytest
@@ -167,6 +168,33 @@ def test_what_connect_cannot_honour_is_refused_by_name(connect_server, monkeypat
             operator.execute({"run_id": "manual__refused"})
         assert source in str(caught.value) and "not-the-token" not in str(caught.value)
     assert not os.path.exists(target)
+
+
+def test_a_small_load_sets_its_confs_in_one_request(connect_server, monkeypatch, source,
+                                                    run_dag, task_states, tmp_path):
+    """Each Config request is a round trip of the task's own beside Spark's work: the task's
+    and the job's confs go in one, and a plan of a few files reads or sets no listing conf."""
+    from pyspark.sql.connect.client.core import SparkConnectClient
+
+    requests = []
+    config = SparkConnectClient.config
+
+    def counted(client, operation):
+        requests.append(operation.WhichOneof("op_type"))
+        return config(client, operation)
+
+    monkeypatch.setattr(SparkConnectClient, "config", counted)
+    target = str(tmp_path / "target")
+    with DAG("connect_round_trips", schedule=None) as dag:
+        DeltaIncrementalOperator(
+            task_id="small", table_uri=source, start_version=1, end_version=1, target=target,
+            conn_id=connect_connection(monkeypatch, connect_server.port),
+            conf={"spark.sql.shuffle.partitions": "3"})
+
+    assert task_states(run_dag(dag)) == {"small": "success"}
+    assert delta_rows(target) == Counter({(3, None): 1, (4, "n4"): 1})
+    # one set; pyspark's own client reads its plan compression settings once ("get")
+    assert requests.count("set") == 1 and len(requests) <= 2, requests
 
 
 def test_only_a_spark_connect_connection_takes_the_connect_path(monkeypatch, spark_local_conn):
