@@ -31,12 +31,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, DataFrameReader
 
+from airflow_provider_delta.storage import split_folders
+
 _LOG_FOLDER = "_spark_metadata"
 _ENTRY_END = (',"isDir":false,"modificationTime":0,"blockReplication":1,'
               '"blockSize":33554432,"action":"add"}')
-# Spark's PartitioningAwareFileIndex.isDataPath: "_" names without "=", and "." names are not
-# data files
-_HIDDEN_NAME = r"/(\.[^/]*|_[^/=]*)$"
 PART_FILES = 10_000  # below this, a second scan costs more than its share of the log saves
 _MAX_PARTS = 4
 
@@ -58,8 +57,12 @@ def scan_files(reader: DataFrameReader, spark_paths: pa.Array, sizes: pa.Array
 
 
 def hidden_files(paths: pa.Array) -> pa.Array:
-    """Which of ``paths`` a Spark file scan skips by their name."""
-    return pc.match_substring_regex(paths, _HIDDEN_NAME)
+    """Which of ``paths`` a Spark file scan skips by their name (Spark's
+    ``PartitioningAwareFileIndex.isDataPath``: names starting with ``.``, or with ``_`` and
+    holding no ``=``); string tests on the names, not a regular expression per path."""
+    names = split_folders(paths)[1]
+    underscored = pc.and_(pc.starts_with(names, "_"), pc.invert(pc.match_substring(names, "=")))
+    return pc.or_(pc.starts_with(names, "."), underscored)
 
 
 def _scan(reader: DataFrameReader, spark_paths: pa.Array, sizes: pa.Array) -> DataFrame:

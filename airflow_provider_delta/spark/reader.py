@@ -230,8 +230,9 @@ def _load_deletions(
 def _occurrence_rounds(paths: pa.ChunkedArray) -> list[np.ndarray]:
     """Plan positions split so no path repeats within a round: the k-th occurrences of every
     path form round k, each in plan order."""
-    codes = paths.combine_chunks().dictionary_encode().indices.to_numpy()
-    if len(np.unique(codes)) == len(codes):
+    encoded = paths.combine_chunks().dictionary_encode()
+    codes = encoded.indices.to_numpy()
+    if len(encoded.dictionary) == len(codes):  # the common case: no path repeats
         return [np.arange(len(codes))]
     order = np.argsort(codes, kind="stable")
     sorted_codes = codes[order]

@@ -16,7 +16,7 @@ from deltalake import write_deltalake
 from airflow_provider_delta.core import plan_snapshot
 from airflow_provider_delta.errors import MissingDataFileError, StorageAccessError
 from airflow_provider_delta.spark.reader import check_files_exist
-from airflow_provider_delta.storage import missing_file_mask
+from airflow_provider_delta.storage import missing_file_mask, split_folders
 from tests.conftest import S3_BUCKET, S3_SECRET
 from tests.moto_s3 import counted_requests, put_tree, scratch_bucket
 
@@ -154,3 +154,12 @@ def test_local_files_listed_or_statted_give_the_same_mask(tmp_path):
     mask = missing_file_mask(paths, plan.table_uri, None)
     assert {paths[int(row)].as_py().rpartition("/local/")[2] for row in np.flatnonzero(mask)
             } == deleted
+
+
+def test_local_paths_split_into_folder_and_name():
+    """The split the local check groups by (one folder is listed once, without hashing)."""
+    paths = pa.array(["/t/p=1/a.parquet", "/t/b.parquet", "/c.parquet", "/t/_x=1/.d", "e"])
+    folders, names = split_folders(paths)
+    assert folders.to_pylist() == ["/t/p=1", "/t", "", "/t/_x=1", ""]
+    assert names.to_pylist() == ["a.parquet", "b.parquet", "c.parquet", ".d", "e"]
+
