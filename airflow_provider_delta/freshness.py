@@ -56,21 +56,28 @@ def _stats() -> Any:
     return Stats
 
 
-def lag_seconds(probe: VersionProbe, watermark: int | None, latest: int) -> float:
-    """Age of the oldest commit not loaded yet (the one after ``watermark``); 0 when caught up."""
+def lag_seconds(probe: VersionProbe, watermark: int | None, latest: int,
+                latest_ms: int | None = None) -> float:
+    """Age of the oldest commit not loaded yet (the one after ``watermark``); 0 when caught up.
+
+    ``latest_ms``, the commit time of ``latest`` when known, spares reading that commit.
+    """
     if watermark is not None and watermark >= latest:
         return 0.0
     oldest_pending = 0 if watermark is None else watermark + 1
-    return max(time.time() - probe.commit_timestamp(oldest_pending) / 1000, 0.0)
+    if oldest_pending != latest or latest_ms is None:
+        latest_ms = probe.commit_timestamp(oldest_pending)
+    return max(time.time() - latest_ms / 1000, 0.0)
 
 
-def emit_lag(probe: VersionProbe, watermark: int | None, latest: int, ti: Any = None) -> None:
+def emit_lag(probe: VersionProbe, watermark: int | None, latest: int, ti: Any = None,
+             latest_ms: int | None = None) -> None:
     """``lag.versions`` (latest - watermark) and ``lag.seconds`` of one observation by ``ti``."""
     try:
         tags = _tags(probe.table_uri, getattr(ti, "dag_id", None), getattr(ti, "task_id", None))
         versions = latest + 1 if watermark is None else max(latest - watermark, 0)
         _stats().gauge(LAG_VERSIONS, versions, tags=tags)
-        _stats().gauge(LAG_SECONDS, lag_seconds(probe, watermark, latest), tags=tags)
+        _stats().gauge(LAG_SECONDS, lag_seconds(probe, watermark, latest, latest_ms), tags=tags)
     except Exception:  # an observation must never fail the wait
         log.debug("%s: lag metrics not emitted", probe.table_uri, exc_info=True)
 
@@ -79,7 +86,13 @@ def emit_range_lag(probe: VersionProbe, found: dict[str, Any], mode: str, ti: An
     """The lag of a range a trigger announces: everything from its start is pending (all of
     the table for a snapshot)."""
     watermark = None if mode == "snapshot" else found["start_version"] - 1
-    emit_lag(probe, watermark, found["end_version"], ti)
+    emit_lag(probe, watermark, found["end_version"], ti, found["latest_commit_timestamp"])
+
+
+def range_lag_reads(found: dict[str, Any], mode: str) -> bool:
+    """Whether :func:`emit_range_lag` reads a commit: unless the range is the one version
+    whose time it carries (the usual event), the oldest pending commit's time is read."""
+    return mode == "snapshot" or found["start_version"] != found["end_version"]
 
 
 def record_load(operator: Any, context: Any, result: JobResult) -> None:

@@ -3,8 +3,10 @@
 Each trigger is driven the way ``TriggerRunner.run_trigger`` of the installed Airflow drives
 it: a task per trigger (with a greenback portal), and -- when the trigger declares a
 ``shared_stream_key`` -- through Airflow's own ``SharedStreamManager`` and the trigger's
-``filter_shared_stream``, else through ``run()``. Every trigger waits (``fire_once``,
-``poll_interval`` 1 s) for version 1 of a local table: N separate tables, or one shared table.
+``filter_shared_stream``, else through ``run()``. Every trigger waits (``fire_once``, with the
+``timeout_at`` a deferred sensor gives it by default,
+``poll_interval`` 1 s unless the size says otherwise: ``30000@5`` is 30,000 triggers polling
+every 5 s) for version 1 of a local table: N separate tables, or one shared table.
 Once every trigger has made its first check, an idle window measures:
 
 * idle CPU: the process's own CPU time (all threads) over the window, in cores;
@@ -12,18 +14,21 @@ Once every trigger has made its first check, an idle window measures:
 * INFO log lines per second;
 * event-loop lag: a ticker sleeping 100 ms (the triggerer's watchdog period) records its
   oversleep, p99 and max, idle and while the events fire;
-* RSS added by the triggers (VmRSS after the window minus before creating them).
+* RSS added by the triggers (VmRSS after the window minus before creating them), and the
+  process's peak RSS (VmHWM, the interpreter and Airflow's imports included).
 
 Then version 1 is committed to every table (a commit written by deltalake, kept aside and
 renamed into ``_delta_log``, as a local commit appears), the tables' commits spread evenly over
 one poll interval so that they fall at every phase of the polls; the detection time of each
 trigger (event time minus its table's commit time) gives p50/p99.
 
-Every scenario runs in its own process. ``--baseline-rev REV`` runs each scenario also on the
+Every scenario runs in its own process, on tables made for it and deleted after it (30,000
+tables take about 0.5 GiB of disk). ``--baseline-rev REV`` runs each scenario also on the
 package as it was at git revision REV (side by side, same machine state) and prints ratios.
 
-Run: ``.venv/bin/python benchmarks/bench_triggers.py [--sizes 100,1000] [--layouts
-separate,shared] [--idle 5] [--baseline-rev 624b1f9]``.
+Run: ``.venv/bin/python benchmarks/bench_triggers.py [--sizes 30000@5,10000@1] [--layouts
+separate,shared] [--idle 5] [--baseline-rev bb0d28a] [--profile]`` (the default sizes are
+issue #33's fleet: 30,000 triggers at a 5 s poll and 10,000 at 1 s, separate tables).
 """
 
 from __future__ import annotations
@@ -43,7 +48,7 @@ import time
 from pathlib import Path
 
 LAG_TICK = 0.1
-POLL_INTERVAL = 1.0
+SENSOR_TIMEOUT = 7 * 24 * 3600  # a deferred sensor's timeout_at, from BaseSensorOperator's default
 PENDING_COMMIT = "next-commit.json.pending"  # outside _delta_log until its moment comes
 
 
@@ -72,13 +77,13 @@ def fresh_tables(workdir: Path, count: int) -> list[Path]:
     return [Path(shutil.copytree(template, root / f"t{i:05d}")) for i in range(count)]
 
 
-def commit_spread(tables: list[Path]) -> dict[str, float]:
+def commit_spread(tables: list[Path], poll_interval: float) -> dict[str, float]:
     """Commit version 1 to each table, spread evenly over one poll interval (so the commits
     fall at every phase of the polls); the time of each commit by table."""
     committed = {}
     started = time.monotonic()
     for index, table in enumerate(tables):
-        time.sleep(max(0.0, started + index * POLL_INTERVAL / len(tables) - time.monotonic()))
+        time.sleep(max(0.0, started + index * poll_interval / len(tables) - time.monotonic()))
         os.rename(table / PENDING_COMMIT, table / "_delta_log" / f"{1:020d}.json")
         committed[str(table)] = time.time()
     return committed
@@ -86,12 +91,13 @@ def commit_spread(tables: list[Path]) -> dict[str, float]:
 
 # -- measuring -----------------------------------------------------------------------------
 
-def rss_bytes() -> int:
+def rss_bytes(field: str = "VmRSS") -> int:
+    """The process's resident set (``VmHWM``: its peak) from /proc/self/status."""
     with open("/proc/self/status") as status:
         for line in status:
-            if line.startswith("VmRSS:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmRSS in /proc/self/status")
+    raise RuntimeError(f"no {field} in /proc/self/status")
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -164,7 +170,8 @@ async def drive(trigger, streams, fired: dict[int, float], index: int) -> None:
             await streams.unsubscribe(index, key)
 
 
-async def scenario(count: int, layout: str, workdir: Path, idle: float) -> dict:
+async def scenario(count: int, poll: float, layout: str, workdir: Path, idle: float,
+                   profiler=None) -> dict:
     from airflow.triggers.shared_stream import SharedStreamManager
 
     from airflow_provider_delta.triggers import DeltaVersionTrigger
@@ -184,14 +191,18 @@ async def scenario(count: int, layout: str, workdir: Path, idle: float) -> dict:
     fired: dict[int, float] = {}
     started = time.monotonic()
     tasks = [asyncio.ensure_future(drive(
-        DeltaVersionTrigger(table_uri=uri, start_version=1, poll_interval=POLL_INTERVAL,
-                            fire_once=True), streams, fired, i)) for i, uri in enumerate(uris)]
-    while sum(listings.values()) < count and time.monotonic() - started < 120:
-        await asyncio.sleep(0.1)  # every trigger made its first check
+        DeltaVersionTrigger(table_uri=uri, start_version=1, poll_interval=poll, fire_once=True,
+                            timeout_at=time.time() + SENSOR_TIMEOUT), streams, fired, i)) for i, uri in enumerate(uris)]
+    # Every trigger made its first check: a table is polled only after its first trigger's.
+    while (len(listings) < len(tables) or sum(listings.values()) < count) and (
+            time.monotonic() - started < 120 + count / 100):
+        await asyncio.sleep(0.1)
     first_checks_s = time.monotonic() - started
-    await asyncio.sleep(2 * POLL_INTERVAL)
+    await asyncio.sleep(2 * poll)
     assert not fired, "fired before the commit"
 
+    if profiler is not None:  # the idle window and the firing, not the start
+        profiler.enable()
     ticker.take()
     listed_before, lines_before = sum(listings.values()), log_lines.lines
     cpu_before, wall_before = time.process_time(), time.monotonic()
@@ -203,20 +214,22 @@ async def scenario(count: int, layout: str, workdir: Path, idle: float) -> dict:
     idle_listings = (sum(listings.values()) - listed_before) / idle_wall
     idle_lines = (log_lines.lines - lines_before) / idle_wall
 
-    await asyncio.sleep(random.random() * POLL_INTERVAL)  # a shared table: any phase
-    committed = await asyncio.to_thread(commit_spread, tables)  # off the loop, as another
+    await asyncio.sleep(random.random() * poll)  # a shared table: any phase
+    committed = await asyncio.to_thread(commit_spread, tables, poll)  # off the loop, as another
     # process's commits would be
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 60 + 4 * poll
     while len(fired) < count and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
     firing_lag = ticker.take()
+    if profiler is not None:
+        profiler.disable()
     detections = [fired[i] - committed[uri] for i, uri in enumerate(uris) if i in fired]
     for task in tasks:
         task.cancel()
     ticking.cancel()
     await asyncio.gather(*tasks, ticking, return_exceptions=True)
     return {
-        "count": count, "layout": layout, "fired": len(fired),
+        "count": count, "poll": poll, "layout": layout, "fired": len(fired),
         "first_checks_s": first_checks_s,
         "detect_p50": percentile(detections, 0.5), "detect_p99": percentile(detections, 0.99),
         "idle_cpu": idle_cpu, "idle_listings_per_s": idle_listings,
@@ -224,7 +237,7 @@ async def scenario(count: int, layout: str, workdir: Path, idle: float) -> dict:
         "idle_info_lines_per_s": idle_lines,
         "lag_idle_p99": percentile(idle_lag, 0.99), "lag_idle_max": max(idle_lag, default=0.0),
         "lag_firing_max": max(firing_lag, default=0.0),
-        "rss_added_mib": rss_added / 2**20,
+        "rss_added_mib": rss_added / 2**20, "rss_peak_mib": rss_bytes("VmHWM") / 2**20,
     }
 
 
@@ -243,20 +256,42 @@ def package_at(revision: str, into: Path) -> Path:
     return target
 
 
-def run_scenario(count: int, layout: str, workdir: Path, idle: float,
-                 package_root: Path | None) -> dict:
+def run_scenario(size: str, layout: str, workdir: Path, idle: float,
+                 package_root: Path | None, profile: bool) -> dict:
     env = dict(os.environ)
-    if package_root is not None:
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(package_root),
-                                                          env.get("PYTHONPATH")]))
+    # This checkout's package, not whichever one the venv has installed.
+    package_root = package_root or Path(__file__).resolve().parent.parent
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(package_root), env.get("PYTHONPATH")]))
     done = subprocess.run(
-        [sys.executable, __file__, "--scenario", f"{count},{layout}", "--workdir", str(workdir),
-         "--idle", str(idle)], env=env, check=True, capture_output=True, text=True)
+        [sys.executable, __file__, "--scenario", f"{size},{layout}", "--workdir", str(workdir),
+         "--idle", str(idle), *(["--profile"] if profile else [])],
+        env=env, capture_output=True, text=True)
+    if profile or done.returncode:
+        print(done.stderr)
+    done.check_returncode()
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def parse_size(size: str) -> tuple[int, float]:
+    """``30000@5``: 30,000 triggers polling every 5 s; a bare count polls every second."""
+    count, _, poll = size.partition("@")
+    return int(count), float(poll or 1.0)
+
+
+def run_profiled(count: int, poll: float, layout: str, workdir: Path, idle: float) -> dict:
+    """The scenario under cProfile (the event loop's thread only): where the loop's time goes."""
+    import cProfile
+    import pstats
+
+    profiler = cProfile.Profile()
+    result = asyncio.run(scenario(count, poll, layout, workdir, idle, profiler))
+    profiler.dump_stats(workdir / f"profile-{count}@{poll:g}-{layout}.pstats")
+    pstats.Stats(profiler, stream=sys.stderr).sort_stats("tottime").print_stats(25)
+    return result
+
+
 def print_row(label: str, result: dict) -> None:
-    print(f"  {label:<9} N={result['count']:>5} {result['layout']:<8} "
+    print(f"  {label:<9} N={result['count']:>5} poll {result['poll']:g} s {result['layout']:<8} "
           f"fired {result['fired']:>5} | detect p50 {result['detect_p50']:.2f} s "
           f"p99 {result['detect_p99']:.2f} s | idle CPU {result['idle_cpu']:.3f} cores | "
           f"listings {result['idle_listings_per_s']:.0f}/s "
@@ -264,14 +299,28 @@ def print_row(label: str, result: dict) -> None:
           f"INFO {result['idle_info_lines_per_s']:.0f} lines/s | "
           f"loop lag idle p99 {result['lag_idle_p99'] * 1e3:.0f} ms "
           f"max {result['lag_idle_max'] * 1e3:.0f} ms, firing max "
-          f"{result['lag_firing_max'] * 1e3:.0f} ms | RSS +{result['rss_added_mib']:.1f} MiB | "
+          f"{result['lag_firing_max'] * 1e3:.0f} ms | RSS +{result['rss_added_mib']:.1f} MiB, "
+          f"peak {result['rss_peak_mib']:.0f} MiB | "
           f"first checks {result['first_checks_s']:.1f} s")
+
+
+def print_ratios(ours: dict, theirs: dict) -> None:
+    """This tree against the baseline: below 1 is better."""
+    def ratio(key: str) -> str:
+        return f"{ours[key] / theirs[key]:.2f}" if theirs[key] else "n/a"
+
+    print(f"  {'ratio':<9} detect p99 {ratio('detect_p99')} | idle CPU {ratio('idle_cpu')} | "
+          f"loop lag idle max {ratio('lag_idle_max')}, firing max {ratio('lag_firing_max')} | "
+          f"peak RSS {ratio('rss_peak_mib')}", flush=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="100,1000", help="trigger counts, e.g. 100,1000,3000")
-    parser.add_argument("--layouts", default="separate,shared")
+    parser.add_argument("--sizes", default="30000@5,10000@1",
+                        help="trigger counts, each with @poll seconds if not 1: 3000,30000@5")
+    parser.add_argument("--layouts", default="separate", help="separate,shared")
+    parser.add_argument("--profile", action="store_true",
+                        help="print where the event loop's time goes (cProfile) in each run")
     parser.add_argument("--idle", type=float, default=5.0, help="seconds of the idle window")
     parser.add_argument("--workdir", default=str(Path(tempfile.gettempdir()) / "trigger-bench"))
     parser.add_argument("--baseline-rev", default="",
@@ -280,25 +329,33 @@ def main() -> None:
     args = parser.parse_args()
     workdir = Path(args.workdir)
     if args.scenario:
-        count, layout = args.scenario.split(",")
+        size, layout = args.scenario.split(",")
         logging.getLogger("airflow").setLevel(logging.INFO)
-        result = asyncio.run(scenario(int(count), layout, workdir, args.idle))
+        try:
+            if args.profile:
+                result = run_profiled(*parse_size(size), layout, workdir, args.idle)
+            else:
+                result = asyncio.run(scenario(*parse_size(size), layout, workdir, args.idle))
+        finally:
+            for tables in workdir.glob("tables-*"):
+                shutil.rmtree(tables, ignore_errors=True)
         print(json.dumps(result))
         return
 
     workdir.mkdir(parents=True, exist_ok=True)
     baseline = package_at(args.baseline_rev, workdir) if args.baseline_rev else None
-    print(f"DeltaVersionTrigger x N in one event loop, poll_interval {POLL_INTERVAL:g} s, "
-          f"idle window {args.idle:g} s; load average before: {os.getloadavg()}")
-    for count in (int(size) for size in args.sizes.split(",")):
+    print(f"DeltaVersionTrigger x N in one event loop, idle window {args.idle:g} s; "
+          f"load average before: {os.getloadavg()}", flush=True)
+    for size in args.sizes.split(","):
         for layout in args.layouts.split(","):
-            ours = run_scenario(count, layout, workdir / "ours", args.idle, None)
+            ours = run_scenario(size, layout, workdir / "ours", args.idle, None, args.profile)
             print_row("this tree", ours)
+            sys.stdout.flush()
             if baseline is not None:
-                theirs = run_scenario(count, layout, workdir / "base", args.idle, baseline)
+                theirs = run_scenario(size, layout, workdir / "base", args.idle, baseline,
+                                      args.profile)
                 print_row(args.baseline_rev[:9], theirs)
-                print(f"  {'ratio':<9} idle CPU x{theirs['idle_cpu'] / max(ours['idle_cpu'], 1e-9):.1f} "
-                      f"less, detect p99 {ours['detect_p99'] / theirs['detect_p99']:.2f}")
+                print_ratios(ours, theirs)
     print(f"load average after: {os.getloadavg()}")
 
 

@@ -162,4 +162,10 @@ def _without_default_connection(conn_id: str) -> None:
     """A connection that is not defined: fine for the default one, else re-raised."""
     if conn_id != DEFAULT_CONN_ID:
         raise
-    log.info("Connection %r is not defined: the table is read without one", conn_id)
+    # Once a process at INFO: a triggerer opening thousands of tables would repeat it for each.
+    level = logging.DEBUG if conn_id in _LOGGED_MISSING else logging.INFO
+    _LOGGED_MISSING.add(conn_id)
+    log.log(level, "Connection %r is not defined: the table is read without one", conn_id)
+
+
+_LOGGED_MISSING: set[str] = set()  # missing connections logged at INFO already

@@ -53,7 +53,9 @@ from airflow_provider_delta.errors import (
 from airflow_provider_delta.hooks.delta import DEFAULT_CONN_ID
 from airflow_provider_delta.operators import parameters
 from airflow_provider_delta.storage import to_uri
-from airflow_provider_delta.triggers.pollers import Poll, PollKey, backoff_seconds, registry
+from airflow_provider_delta.triggers.pollers import (
+    HEARTBEAT_SECONDS, Poll, PollKey, backoff_seconds, registry,
+)
 from airflow_provider_delta.watermarks import (
     Initial,
     LoadStart,
@@ -178,22 +180,23 @@ class DeltaVersionTrigger(BaseEventTrigger):
                 raise
             yield _error_event(self.table_uri, err)
             return
-        async for found in self._new_ranges(start.version, probe, shared_stream):
-            if isinstance(found, DeltaProviderError):
-                yield _error_event(self.table_uri, found)
-                return
-            if found is None:
-                yield _timeout_event(self, start.version)
-                return
-            async for event in self._announce(found, "changes", probe):
-                yield event
-            if self.fire_once:
-                return
+        async with aclosing(self._new_ranges(start.version, probe, shared_stream)) as ranges:
+            async for found in ranges:  # closed at once: see pollers.PollerRegistry.subscribe
+                if isinstance(found, DeltaProviderError):
+                    yield _error_event(self.table_uri, found)
+                    return
+                if found is None:
+                    yield _timeout_event(self, start.version)
+                    return
+                async for event in self._announce(found, "changes", probe):
+                    yield event
+                if self.fire_once:
+                    return
 
     async def _announce(self, found: VersionRange, mode: str, probe: VersionProbe
                         ) -> AsyncIterator[TriggerEvent]:
         """The event of ``found``; then a watcher's watermark moves to its end (at least once)."""
-        await asyncio.to_thread(freshness.emit_range_lag, probe, found, mode, self.task_instance)
+        await _emit_lag(probe, found, mode, self.task_instance)
         yield TriggerEvent({"status": "success", **found, "mode": mode})
         state = trigger_asset_state(self)
         if not self.fire_once and state is not None and not self._shared_by_assets:
@@ -226,7 +229,7 @@ class DeltaVersionTrigger(BaseEventTrigger):
             if outcome is not None:
                 yield outcome
                 start_version = outcome["end_version"] + 1
-            outcome = await _next_poll(polls, self.timeout_at)
+            outcome = await _next_poll(polls, self.timeout_at, _longest_gap(self))
             if outcome is None:
                 yield None
                 return
@@ -367,14 +370,32 @@ def _backoff(trigger: DeltaVersionTrigger, failures: int) -> float:
     return min(wait, max(trigger.timeout_at - time.time(), 0.0))
 
 
-async def _next_poll(polls: AsyncIterator[Poll], timeout_at: float | None) -> Poll | None:
-    """The next shared poll; None once the timeout (epoch seconds) has passed."""
-    if timeout_at is None:
+def _longest_gap(trigger: DeltaVersionTrigger) -> float:
+    """The longest wait for a published poll: a heartbeat after the longest backoff."""
+    interval = trigger.poll_interval
+    return HEARTBEAT_SECONDS + max(trigger.max_backoff, interval) + 2 * interval
+
+
+async def _next_poll(polls: AsyncIterator[Poll], timeout_at: float | None,
+                     longest_gap: float) -> Poll | None:
+    """The next shared poll; None once the timeout (epoch seconds) has passed.
+
+    A timeout further away than ``longest_gap`` (the longest time between two published
+    polls) needs no timer: a poll comes first, and the next call looks again. So thousands
+    of deferred sensors with days-long timeouts keep no timer each.
+    """
+    if timeout_at is None or timeout_at - time.time() > longest_gap:
         return await anext(polls)
     try:
         return await asyncio.wait_for(anext(polls), max(timeout_at - time.time(), 0.0))
     except asyncio.TimeoutError:  # TimeoutError's alias from Python 3.11 on
         return None
+
+
+async def _emit_lag(probe: VersionProbe, found: VersionRange, mode: str, ti: Any) -> None:
+    """The range's lag metrics; off the loop only if that reads a commit (it rarely does)."""
+    hop = asyncio.to_thread if freshness.range_lag_reads(found, mode) else _call_now
+    await hop(freshness.emit_range_lag, probe, found, mode, ti)
 
 
 async def _call_now(function: Callable[..., Any], *args: Any) -> Any:
