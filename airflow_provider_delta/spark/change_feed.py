@@ -8,7 +8,8 @@ rows by file. Change data files carry ``_change_type`` as a column of their own.
 
 Commits without the Change Data Feed that rewrite files are netted: per commit, every distinct
 row is counted +1 per removed copy and -1 per added copy, and what remains is reported as that
-many ``delete`` (positive) or ``insert`` (negative) rows. An unchanged copied row nets to zero;
+many ``delete`` (positive) or ``insert`` (negative) rows. Rows are compared on their values
+with Spark's equality (nulls equal, NaN equal to NaN, -0.0 to 0.0; maps and VARIANT as below). An unchanged copied row nets to zero;
 an updated row is a ``delete`` of its old image and an ``insert`` of its new one (we do not
 pair them into update pre/post images: without keys the pairing is a guess).
 """
@@ -23,7 +24,7 @@ from functools import reduce
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession, Window, WindowSpec
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, MapType, StructType, VariantType
 
@@ -47,6 +48,7 @@ _CDF_FIELDS = (
 )
 _TAGS = FEED_COLUMNS  # per-file columns beside partitions
 _BALANCE = "__delta_provider_balance"
+_SIGN, _COUNT, _RANK = "__delta_provider_sign", "__delta_provider_count", "__delta_provider_rank"
 _KEY = "__delta_provider_comparable_"
 
 
@@ -195,27 +197,42 @@ def _with_cdf_columns(metadata: TableMetadata, tagged: tuple[str, ...]) -> Table
 
 
 def _net_changes(rows: DataFrame) -> DataFrame:
-    """Removed minus added rows, per commit, as multisets (see the module docstring)."""
-    plain, keyed = [], {}
-    for field in rows.schema.fields:
-        if field.name == CHANGE_TYPE:
-            continue
-        if not _groupable(field.dataType):
-            keyed[field.name] = _comparable(F.col(quoted(field.name)), field.dataType)
-        else:
-            plain.append(F.col(quoted(field.name)))
-    keys = [key.alias(f"{_KEY}{number}") for number, key in enumerate(keyed.values())]
-    sign = F.when(F.col(CHANGE_TYPE) == DELETE, 1).otherwise(-1)
-    balances = rows.groupBy(*plain, *keys).agg(
-        F.sum(sign).alias(_BALANCE), *[F.first(quoted(name)).alias(name) for name in keyed])
-    balance = F.col(_BALANCE)
-    return (
-        balances.where(balance != 0)
-        .select(*[F.col(quoted(f.name)) for f in rows.schema.fields if f.name != CHANGE_TYPE],
-                F.when(balance > 0, DELETE).otherwise(INSERT).alias(CHANGE_TYPE),
-                F.explode(F.sequence(F.lit(1).cast("long"), F.abs(balance))).alias(_BALANCE))
-        .drop(_BALANCE)
-    )
+    """Removed minus added rows, per commit, as multisets (see the module docstring).
+
+    Rows equal in every column form a group; of ``r`` removed and ``a`` added copies, ``r - a``
+    removed ones are kept as deletes, or ``a - r`` added ones as inserts. A window over the
+    groups rather than an aggregation: a copied row and its original are read by different
+    tasks, so an aggregation's map-side pass would hash every row for nothing (it doubled the
+    diff's cost), and the kept rows keep their own values (maps, VARIANT).
+    """
+    fields = [field for field in rows.schema.fields if field.name != CHANGE_TYPE]
+    columns = [F.col(quoted(field.name)) for field in fields]
+    comparable = {f"{_KEY}{number}": _comparable(column, field.dataType)
+                  for number, (column, field) in enumerate(zip(columns, fields))
+                  if not _groupable(field.dataType)}
+    signed = rows.select(*columns, *[key.alias(name) for name, key in comparable.items()],
+                         F.when(F.col(CHANGE_TYPE) == DELETE, 1).otherwise(-1).alias(_SIGN))
+    group = Window.partitionBy(
+        *[column for column, field in zip(columns, fields) if _groupable(field.dataType)],
+        *[F.col(name) for name in comparable])
+    return _kept(signed, group).select(
+        *columns,
+        F.when(F.col(_BALANCE) > 0, DELETE).otherwise(INSERT).alias(CHANGE_TYPE))
+
+
+def _kept(signed: DataFrame, group: WindowSpec) -> DataFrame:
+    """The rows of each group to report, with the group's balance (removed minus added).
+
+    Ordered by sign, a group's ``a`` added copies come first: with a negative balance its
+    first ``-balance`` rows (inserts) are kept, with a positive one its last ``balance``
+    (deletes)."""
+    ordered = group.orderBy(_SIGN)
+    whole = ordered.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
+    balance, count, rank = F.col(_BALANCE), F.col(_COUNT), F.col(_RANK)
+    return signed.select(
+        "*", F.sum(_SIGN).over(whole).alias(_BALANCE), F.count(F.lit(1)).over(whole).alias(_COUNT),
+        F.row_number().over(ordered).alias(_RANK),
+    ).where((rank <= -balance) | (rank > count - balance))
 
 
 def _groupable(data_type: DataType) -> bool:

@@ -30,6 +30,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
 from airflow_provider_delta.core import plan_changes, plan_snapshot
+from airflow_provider_delta.core.arrow import from_numpy, to_numpy
 from airflow_provider_delta.core.model import DeletionVectorDescriptor, Plan, TableMetadata
 from airflow_provider_delta.core.delta_log import TableLocation
 from airflow_provider_delta.errors import (
@@ -308,20 +309,22 @@ def _with_file_constants(
             if constants[field.name] is None:
                 return None
     index = file_index_sql(spark_file_paths(files.column("path")), _UNMATCHED_FILE,
-                           _distinct_listed_sizes(spark, files))
+                           _listed_sizes(spark, files))
     rows = select_sql(spark, scan, [*data_sql, f"{index} AS {_FILE_ID}"])
     return select_sql(spark, rows, [
         f"{constants[f.name]} AS {quoted(f.name)}" if f.name in constants else quoted(f.name)
         for f in schema.fields])
 
 
-def _distinct_listed_sizes(spark: SparkSession, files: pa.Table) -> pa.Array | None:
-    """The files' sizes if they tell the files apart and are the sizes Spark's scan has: a
-    classic session's scan takes them from the plan (:func:`scan_files`); None otherwise."""
-    sizes = files.column("size").combine_chunks()
-    if getattr(spark, "_jvm", None) is None or len(pc.unique(sizes)) != len(sizes):
+def _listed_sizes(spark: SparkSession, files: pa.Table) -> pa.Array | None:
+    """The files' sizes as Spark's scan has them, null where files share a size (those are
+    told apart by path): a classic session's scan takes them from the plan
+    (:func:`scan_files`); None otherwise."""
+    if getattr(spark, "_jvm", None) is None:
         return None
-    return sizes
+    sizes = to_numpy(files.column("size"))
+    counts = np.unique(sizes, return_inverse=True, return_counts=True)[1:]
+    return from_numpy(sizes, valid=counts[1][counts[0]] == 1)
 
 
 def _all_local(paths: pa.Array) -> bool:
