@@ -12,7 +12,8 @@ skin, planning from the log, the sink's reads of the target, the commit, the ses
 and the round trips for schemas, confs and commands); medians per task, with the round trips
 of a task by kind. ``--append`` loads into one target that each task appends to (the sink's
 own commit) instead of a new target per task (deltalake creates it); ``--profile FILE``
-writes a cProfile of one more Connect task; ``--no-submit`` skips spark-submit.
+writes a cProfile of one more Connect task; ``--no-submit`` skips spark-submit. Also printed:
+the imports a task in a fresh process pays before any of this (the split runs warm).
 
 Goals: on Connect <= 3 s a task and >= 5x faster than spark-submit; ours <= 0.2 s a task.
 
@@ -26,6 +27,7 @@ import argparse
 import cProfile
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -84,6 +86,25 @@ def profile(task, path: str) -> None:
     print(f"cProfile of one Connect task: {path}")
 
 
+_COLD_IMPORTS = """import sys, time
+sys.path.insert(0, sys.argv[1])
+started = time.perf_counter()
+import airflow_provider_delta.job.connect, pyspark.sql.connect.session
+print(time.perf_counter() - started)
+"""
+
+
+def cold_import_seconds(workdir: Path) -> float:
+    """What a task in a fresh process pays to import the Connect job and pyspark's Connect
+    client (pandas among them), Airflow already imported; a script file, as ``python -c``
+    sends pyspark's import down its doctest path."""
+    script = workdir / "cold_imports.py"
+    script.write_text("import airflow.sdk\n" + _COLD_IMPORTS)
+    done = subprocess.run([sys.executable, str(script), str(Path(__file__).resolve().parents[1])],
+                          capture_output=True, text=True, check=True)
+    return float(done.stdout.split()[-1])
+
+
 def uptime() -> str:
     return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
@@ -128,9 +149,13 @@ def main() -> None:
         print(f"Connect task split (medians of {args.repeat}): {wall:.3f} s a task; Spark's "
               f"actions {spark:.3f} s; ours {ours:.3f} s (goal <= 0.2 s), of which round trips "
               f"{trips_s:.3f} s: {dict(sorted(trips.items()))}")
+        cold = statistics.median(cold_import_seconds(workdir) for _ in range(3))
+        print(f"a fresh task process also imports the Connect job and client: {cold:.3f} s "
+              "(median of 3; not in the split above, which runs in one warm process)")
         if args.profile:
             profile(connect, args.profile)
     print(f"after: {uptime()}")
+    shutil.rmtree(workdir)
 
 
 if __name__ == "__main__":

@@ -44,6 +44,7 @@ class VersionProbe:
         # Not copied: options from a connection name it in access errors.
         self.location = TableLocation(table_uri, storage_options or None)
         self.table_id: str | None = None  # of the head at the first `latest`
+        self.last_latest: int | None = None  # what `latest` last found
         # Whether each commit read by `data_versions` changes data: a later poke reads only
         # the commits made since (only versions at or after the last start asked are kept).
         self._changes_data: dict[int, bool] = {}
@@ -53,6 +54,7 @@ class VersionProbe:
         version = newest_version(self.location, since)
         if self.table_id is None:
             self.table_id = self.table_id_at(version)
+        self.last_latest = version
         return version
 
     def table_id_at(self, version: int) -> str:

@@ -131,6 +131,7 @@ class DeltaVersionTrigger(BaseEventTrigger):
         self.max_backoff = max_backoff
         self.data_changes_only = data_changes_only
         self._progress = ProgressPace()
+        self._probe: VersionProbe | None = None  # its poller's too (see _probe_of)
         self._shared_by_assets = False  # several assets watch through this one trigger
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
@@ -151,14 +152,13 @@ class DeltaVersionTrigger(BaseEventTrigger):
     @classmethod
     def open_shared_stream(cls, kwargs: dict[str, Any]) -> AsyncIterator[Poll]:
         """The polls of the table in ``kwargs``, shared by every trigger of the process."""
-        key = cls(**kwargs)._poll_key()
-        return registry().subscribe(key, partial(open_probe, kwargs["table_uri"],
-                                                 kwargs["delta_conn_id"],
-                                                 kwargs.get("storage_options")))
+        trigger = cls(**kwargs)
+        return registry().subscribe(trigger._poll_key(), partial(_probe_of, trigger))
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         """Where the triggerer does not share streams: the same polls, shared by the registry."""
-        async with aclosing(self.open_shared_stream(self.serialize()[1])) as polls:
+        polls = registry().subscribe(self._poll_key(), partial(_probe_of, self))
+        async with aclosing(polls) as polls:
             async for event in self.filter_shared_stream(polls):
                 yield event
 
@@ -166,7 +166,7 @@ class DeltaVersionTrigger(BaseEventTrigger):
                                    ) -> AsyncIterator[TriggerEvent]:
         """This trigger's events, from its own first check and then the table's shared polls."""
         try:
-            probe = await open_probe(self.table_uri, self.delta_conn_id, self.storage_options)
+            probe = await _probe_of(self)
             start = LoadStart("changes", self.start_version)
             if self.start_version is None:
                 start = await self._retrying(self._start_from_watermark, probe)
@@ -243,7 +243,8 @@ class DeltaVersionTrigger(BaseEventTrigger):
 
     def _range_of(self, found: Poll, probe: VersionProbe, start_version: int
                   ) -> VersionRange | DeltaProviderError | None:
-        """What a poll means to this trigger: a range, nothing yet, or an error to give up on."""
+        """What a poll means to this trigger: a range (logged at DEBUG: the triggerer logs the
+        event), nothing yet (at INFO once a minute), or an error to give up on."""
         if found.error is not None:
             return self._unless_retried(found.error, found.failures)
         if found.latest is None:
@@ -252,7 +253,7 @@ class DeltaVersionTrigger(BaseEventTrigger):
             return probe.new_range(start_version, found.latest, self.min_new_versions,
                                    data_changes_only=self.data_changes_only,
                                    latest_commit_timestamp=found.latest_commit_timestamp,
-                                   quiet=not self._progress.due())
+                                   quiet=found.latest >= start_version or not self._progress.due())
         except DeltaProviderError as err:  # reading a new commit (data_changes_only) failed
             return self._unless_retried(err, found.failures + 1)
 
@@ -295,8 +296,7 @@ class DeltaVersionTrigger(BaseEventTrigger):
 
     def _poll_key(self) -> PollKey:
         return PollKey(to_uri(self.table_uri), self.delta_conn_id, float(self.poll_interval),
-                       float(self.max_backoff),
-                       tuple(sorted((self.storage_options or {}).items())))
+                       float(self.max_backoff), tuple(sorted((self.storage_options or {}).items())))
 
     async def _start_from_watermark(self, probe: VersionProbe) -> LoadStart:
         """A watcher's start: after its stored watermark, else as ``initial`` says."""
@@ -416,6 +416,14 @@ class ProgressPace:
             return False
         self._logged_at = now
         return True
+
+
+async def _probe_of(trigger: DeltaVersionTrigger) -> VersionProbe:
+    """The trigger's probe: opened once, then shared with its table's poller."""
+    if trigger._probe is None:
+        trigger._probe = await open_probe(trigger.table_uri, trigger.delta_conn_id,
+                                          trigger.storage_options)
+    return trigger._probe
 
 
 async def open_probe(table_uri: str, delta_conn_id: str | None,

@@ -99,7 +99,8 @@ class PollWorker:
             wheel.add(poller)
             self.tables += 1
             if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name=self._thread_name, daemon=True)
+                self._thread = threading.Thread(target=self._run, name=self._thread_name,
+                                                daemon=True)
                 self._thread.start()
         self._wake.set()  # the new wheel may turn before the thread's next wake-up
 

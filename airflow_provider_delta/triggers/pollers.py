@@ -65,7 +65,9 @@ class TablePoller:
         self.subscribers = 0
         self.listings = 0
         self.last: Poll | None = None  # the last poll published
-        self.polled: Poll | None = None  # the last poll made
+        # The last poll made; a probe that found the head already (a trigger's first check)
+        # spares its subscribers a wake-up to tell them what they know.
+        self.polled = None if probe.last_latest is None else Poll(probe.last_latest)
         self.retry_at = 0.0  # monotonic time before which a backoff skips the polls
         self.slot = 0  # its place on its worker's wheel
         self.closed = False

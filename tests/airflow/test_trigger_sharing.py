@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import shutil
+import threading
 import time
 
 import pytest
@@ -164,3 +165,31 @@ def test_one_trigger_watching_for_several_assets_announces_without_a_stored_wate
     assert ranges(payloads) == [("changes", 2, 2), ("changes", 3, 3)]
     assert trigger_log(capsys, "several assets are watched through this one trigger") == [
         "warning"]
+
+
+def test_idle_tables_cost_the_loop_no_call_and_no_thread_each(growing_table, monkeypatch):
+    """Many separate tables: polled by one worker thread, off the loop; an idle poll hands the
+    loop nothing, and the news of several tables reach it in one call."""
+    from airflow_provider_delta.triggers import pollers
+
+    handed: list[int] = []
+    deliver = pollers._deliver
+    monkeypatch.setattr(pollers, "_deliver", lambda news: (handed.append(len(news)), deliver(news)))
+    tables = [growing_table(1, name=f"t{i}") for i in range(40)]
+    triggers = [DeltaVersionTrigger(table_uri=t.uri, start_version=1, poll_interval=POLL,
+                                    fire_once=True) for t in tables]
+
+    async def scenario():
+        waiting = [asyncio.ensure_future(anext(trigger.run())) for trigger in triggers]
+        await asyncio.sleep(1.0)  # first checks, then about ten idle polls of each table
+        idle_calls = len(handed)
+        threads = [t.name for t in threading.enumerate() if t.name.startswith("delta-poll")]
+        await asyncio.to_thread(lambda: [table.append() for table in tables])
+        events = await asyncio.wait_for(asyncio.gather(*waiting), timeout=60)
+        return idle_calls, threads, [event.payload for event in events]
+
+    idle_calls, threads, payloads = asyncio.run(scenario())
+    assert idle_calls == 0
+    assert threads == ["delta-poll-local"]  # one thread polls every local table
+    assert {(p["start_version"], p["end_version"]) for p in payloads} == {(1, 1)}
+    assert sum(handed) >= len(tables) > len(handed)  # batches, not a call per table
