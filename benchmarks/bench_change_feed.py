@@ -2,8 +2,9 @@
 merge load against a full reload of the target.
 
 1. The feed at Spark's floor. Per case, a table of ``--rows`` rows in ``--commits`` appends
-   (one file each), then one commit changing 1% of the rows (every hundredth id, so every file
-   is touched):
+   (one file each), then one commit changing 1% of the rows: ``--layout clustered`` the
+   newest ids (the last append's file is rewritten), ``--layout spread`` every hundredth id
+   (every file is):
 
    * ``cdf-on``: the Change Data Feed on, the change an UPDATE (deltalake writes cdc files);
    * ``cdf-off``: no Change Data Feed, the change a copy-on-write DELETE (deltalake rewrites
@@ -32,7 +33,7 @@ merge load against a full reload of the target.
    and the write and commit (deltalake's MERGE; Spark's Parquet write and a deltalake commit).
 
 Usage: ``PYTHONPATH=. python benchmarks/bench_change_feed.py [--rows 1000000,10000000]
-[--commits 10] [--cases cdf-on,cdf-off] [--layout issue|appends] [--baseline-rev REV]
+[--commits 10] [--cases cdf-on,cdf-off] [--layout clustered|spread|appends] [--baseline-rev REV]
 [--repeat 3] [--part feed|merge|both] [--files 40]``. Tables are written with ``deltalake``
 into a temp folder and deleted after each size.
 """
@@ -65,7 +66,6 @@ from airflow_provider_delta.job.spec import JobSpec, SinkSpec
 from airflow_provider_delta.spark import read_change_feed
 
 _CDF_ON = {"delta.enableChangeDataFeed": "true"}
-_CHANGED = "id % 100 = 7"  # 1% of the rows, in every file
 
 
 def rows_of(first: int, count: int) -> pa.Table:
@@ -104,25 +104,31 @@ class CpuClock:
         return (int(fields[11]) + int(fields[12])) / self.tick + time.process_time()
 
 
-def cdf_on_case(path: str, rows: int, commits: int, change: bool) -> None:
+def changed_rows(layout: str, rows: int) -> str | None:
+    """The predicate of the layout's change: 1% of the rows, the newest (in the last append's
+    file) or every hundredth (in every file); None for the appends alone."""
+    return {"clustered": f"id >= {rows - rows // 100}", "spread": "id % 100 = 7"}.get(layout)
+
+
+def cdf_on_case(path: str, rows: int, commits: int, changed: str | None) -> None:
     """Appends with the Change Data Feed on, then one UPDATE of 1% of the rows (deltalake
     writes cdc files for it)."""
     write_clustered(path, rows, commits, _CDF_ON)
-    if change:
-        DeltaTable(path).update(updates={"label": "'changed'"}, predicate=_CHANGED)
+    if changed:
+        DeltaTable(path).update(updates={"label": "'changed'"}, predicate=changed)
 
 
-def cdf_off_case(path: str, rows: int, commits: int, change: bool) -> None:
+def cdf_off_case(path: str, rows: int, commits: int, changed: str | None) -> None:
     """Appends without the Change Data Feed, then one copy-on-write DELETE of 1% of the rows
     (deltalake rewrites the files, no deletion vectors)."""
     write_clustered(path, rows, commits)
-    if change:
-        DeltaTable(path).delete(_CHANGED)
+    if changed:
+        DeltaTable(path).delete(changed)
 
 
-# case name -> writer of its table: ``(path, rows, commits, change)``, ``change`` False for the
-# appends-only layout
-FEED_CASES: dict[str, Callable[[str, int, int, bool], None]] = {
+# case name -> writer of its table: ``(path, rows, commits, changed)``, ``changed`` the SQL
+# predicate of the rows the last commit changes (None: no such commit)
+FEED_CASES: dict[str, Callable[[str, int, int, str | None], None]] = {
     "cdf-on": cdf_on_case, "cdf-off": cdf_off_case,
 }
 
@@ -178,12 +184,11 @@ def bench_feed(work: Path, args: argparse.Namespace) -> None:
     revisions = {"this": Path(__file__).resolve().parent.parent}
     if args.baseline_rev:
         revisions[args.baseline_rev] = package_at(args.baseline_rev, work)
-    change = args.layout == "issue"
     for rows in args.rows:
         tables = []
         for case in args.cases:
             path = str(work / f"feed-{case}-{rows}")
-            FEED_CASES[case](path, rows, args.commits, change)
+            FEED_CASES[case](path, rows, args.commits, changed_rows(args.layout, rows))
             tables.append({"case": case, "rows": rows, "path": path,
                            "end": DeltaTable(path).version()})
         for label, root in revisions.items():
@@ -276,7 +281,8 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=40)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--part", choices=("feed", "merge", "both"), default="feed")
-    parser.add_argument("--layout", choices=("issue", "appends"), default="issue")
+    parser.add_argument("--layout", choices=("clustered", "spread", "appends"),
+                        default="clustered")
     parser.add_argument("--cases", type=lambda text: text.split(","), default=list(FEED_CASES))
     parser.add_argument("--baseline-rev", default="")
     parser.add_argument("--measure", help=argparse.SUPPRESS)  # a child's tables, as JSON
