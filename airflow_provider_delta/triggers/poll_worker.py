@@ -139,7 +139,7 @@ class PollWorker:
         for poller in due:
             now = time.monotonic()
             if poller.retry_at <= now:
-                found = poller.poll(now)
+                found = _poll_one(poller, now)
                 if found is not None:
                     news.append((poller, found))
             if news and (now - flushed_at >= FLUSH_SECONDS or poller is due[-1]):
@@ -159,3 +159,14 @@ class PollWorker:
                 self._thread = None
             return False
         return True
+
+
+def _poll_one(poller: TablePoller, now: float) -> Any:
+    """``poller.poll(now)``; an unexpected failure is logged and the table polled next turn,
+    never the end of the thread that polls every other table."""
+    try:
+        return poller.poll(now)
+    except Exception:  # noqa: BLE001 -- one table's bug must not stop the others' polls
+        log.exception("poll of %s failed; polling it again next interval",
+                      getattr(poller, "key", poller))
+        return None
