@@ -24,7 +24,7 @@ from functools import reduce
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import Column, DataFrame, SparkSession, Window, WindowSpec
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, MapType, StructType, VariantType
 
@@ -79,7 +79,7 @@ def read_feed(
     frames = reader.frames([c for c in feed.commits if not c.net])
     netted = reader.frames([c for c in feed.commits if c.net])
     if netted:
-        frames.append(_net_changes(_union(netted)))
+        frames.append(_net_changes(spark, _union(netted)))
     schema = logical_schema(_with_cdf_columns(feed.metadata, tagged=()))
     if not frames:
         return spark.createDataFrame([], schema)
@@ -196,43 +196,44 @@ def _with_cdf_columns(metadata: TableMetadata, tagged: tuple[str, ...]) -> Table
                    partition_columns=(*metadata.partition_columns, *tagged))
 
 
-def _net_changes(rows: DataFrame) -> DataFrame:
+def _net_changes(spark: SparkSession, rows: DataFrame) -> DataFrame:
     """Removed minus added rows, per commit, as multisets (see the module docstring).
 
     Rows equal in every column form a group; of ``r`` removed and ``a`` added copies, ``r - a``
     removed ones are kept as deletes, or ``a - r`` added ones as inserts. A window over the
     groups rather than an aggregation: a copied row and its original are read by different
     tasks, so an aggregation's map-side pass would hash every row for nothing (it doubled the
-    diff's cost), and the kept rows keep their own values (maps, VARIANT).
+    diff's cost), and the kept rows keep their own values (maps, VARIANT). Written in SQL: a
+    Column per field costs the driver a Py4J call each.
     """
     fields = [field for field in rows.schema.fields if field.name != CHANGE_TYPE]
-    columns = [F.col(quoted(field.name)) for field in fields]
-    comparable = {f"{_KEY}{number}": _comparable(column, field.dataType)
-                  for number, (column, field) in enumerate(zip(columns, fields))
+    names = [quoted(field.name) for field in fields]
+    comparable = {f"{_KEY}{number}": _comparable(F.col(name), field.dataType)
+                  for number, (name, field) in enumerate(zip(names, fields))
                   if not _groupable(field.dataType)}
-    signed = rows.select(*columns, *[key.alias(name) for name, key in comparable.items()],
-                         F.when(F.col(CHANGE_TYPE) == DELETE, 1).otherwise(-1).alias(_SIGN))
-    group = Window.partitionBy(
-        *[column for column, field in zip(columns, fields) if _groupable(field.dataType)],
-        *[F.col(name) for name in comparable])
-    return _kept(signed, group).select(
-        *columns,
-        F.when(F.col(_BALANCE) > 0, DELETE).otherwise(INSERT).alias(CHANGE_TYPE))
+    sign = f"CASE WHEN {quoted(CHANGE_TYPE)} = '{DELETE}' THEN 1 ELSE -1 END AS {_SIGN}"
+    signed = select_sql(spark, rows.withColumns(comparable) if comparable else rows,
+                        [*names, *comparable, sign])
+    keys = [name for name, field in zip(names, fields) if _groupable(field.dataType)]
+    kept = _kept(spark, signed, [*names, *comparable], ", ".join([*keys, *comparable]))
+    return select_sql(spark, kept, [
+        *names, f"CASE WHEN {_BALANCE} > 0 THEN '{DELETE}' ELSE '{INSERT}' END AS "
+        f"{quoted(CHANGE_TYPE)}"])
 
 
-def _kept(signed: DataFrame, group: WindowSpec) -> DataFrame:
-    """The rows of each group to report, with the group's balance (removed minus added).
+def _kept(spark: SparkSession, signed: DataFrame, columns: list[str], keys: str) -> DataFrame:
+    """The rows of each group (equal ``keys``) to report, with the group's balance (removed
+    minus added).
 
     Ordered by sign, a group's ``a`` added copies come first: with a negative balance its
     first ``-balance`` rows (inserts) are kept, with a positive one its last ``balance``
     (deletes)."""
-    ordered = group.orderBy(_SIGN)
-    whole = ordered.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
-    balance, count, rank = F.col(_BALANCE), F.col(_COUNT), F.col(_RANK)
-    return signed.select(
-        "*", F.sum(_SIGN).over(whole).alias(_BALANCE), F.count(F.lit(1)).over(whole).alias(_COUNT),
-        F.row_number().over(ordered).alias(_RANK),
-    ).where((rank <= -balance) | (rank > count - balance))
+    group = f"OVER (PARTITION BY {keys} ORDER BY {_SIGN}"
+    whole = f"{group} ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)"
+    counted = select_sql(spark, signed, [
+        *columns, f"sum({_SIGN}) {whole} AS {_BALANCE}", f"count(1) {whole} AS {_COUNT}",
+        f"row_number() {group}) AS {_RANK}"])
+    return counted.where(f"{_RANK} <= -{_BALANCE} OR {_RANK} > {_COUNT} - {_BALANCE}")
 
 
 def _groupable(data_type: DataType) -> bool:
