@@ -11,6 +11,10 @@ copy-on-write rewrite) are marked ``net``: the Spark layer subtracts their added
 their removed rows as multisets, so rows a rewrite only copied are not reported and a changed
 row is a ``delete`` of its old image plus an ``insert`` of its new one.
 
+Where row tracking is enabled too, a copy-on-write commit names its changed rows by row id
+instead (:mod:`~airflow_provider_delta.core.row_tracking`): updates are paired into
+``update_preimage``/``update_postimage`` as Delta's CDF reader has them.
+
 ``dataChange=false`` commits (OPTIMIZE, compaction) give nothing in both cases.
 
 The files are one Arrow table, as a plan's are, chosen from the range's file actions column-wise.
@@ -36,6 +40,9 @@ from airflow_provider_delta.core.file_table import (
 )
 from airflow_provider_delta.core.model import Plan, TableMetadata
 from airflow_provider_delta.core.protocol import check_protocol
+from airflow_provider_delta.core.row_tracking import (
+    BASE_ROW_ID, DEFAULT_ROW_COMMIT_VERSION, MaterializedColumns, RowTrackingLog,
+)
 from airflow_provider_delta.core.replay import (
     FileActions, SplitCommit, earliest_recreatable, raise_unreadable, read_commits, replay,
 )
@@ -67,6 +74,8 @@ class CommitChanges:
     timestamp_ms: int  # in-commit timestamp, else the commit file's time made increasing
     change_data_feed: bool  # the table had CDF on at this version
     net: bool  # a copy-on-write commit without CDF: its deletes and inserts are to be netted
+    # for a net commit that row ids pair instead: the columns that hold preserved ones
+    row_tracking: MaterializedColumns | None = None
 
 
 @dataclass(frozen=True)
@@ -80,7 +89,8 @@ class ChangeFeedPlan:
     ``"delete"`` (every row the file's deletion vector leaves), or ``"vector"`` (the file
     re-added with a new deletion vector: rows in (new vector − ``previous_vector``) are
     deleted, rows in (``previous_vector`` − new vector) restored, i.e. inserted), and
-    ``previous_vector`` (a ``deletion_vector`` struct).
+    ``previous_vector`` (a ``deletion_vector`` struct), and ``base_row_id`` and
+    ``default_row_commit_version`` (the files of commits read by row id, else null).
     """
 
     table_uri: str
@@ -150,11 +160,17 @@ def plan_change_feed(table_uri: str, start_version: int, end_version: int | None
     metadata_changes = dict(walk.changes)
     walk.settle_feed_schema(end, latest)
     raw, commit_flags = _change_files(walk.files.table(), walk.commits)
+    raw, by_row_id = walk.row_tracking.fields_of(
+        raw, {version for version, (_, net) in commit_flags.items() if net})
     files = file_table(raw, location, metadata_changes, walk.metadata).append_column(
         "kind", raw.column("kind")).append_column(
         "previous_vector", resolved_deletion_vectors(raw.column("previous_vector"), location))
+    for name in (BASE_ROW_ID, DEFAULT_ROW_COMMIT_VERSION):
+        files = files.append_column(name, raw.column(name))
     times = CommitClock(location, end, dict(walk.metadata.configuration))
-    commits = tuple(CommitChanges(version, times.millis(version), cdf, net)
+    commits = tuple(CommitChanges(version, times.millis(version), cdf, net,
+                                  walk.row_tracking.columns[version]
+                                  if version in by_row_id else None)
                     for version, (cdf, net) in commit_flags.items())
     return ChangeFeedPlan(table_uri, start_version, end, walk.metadata, commits, files)
 
@@ -174,6 +190,7 @@ class _LogWalk:
         self.files = FileActions(location, _FEED_ACTIONS)
         self.files.note(self.metadata)
         self.commits: dict[int, tuple[bool, bool]] = {}  # version -> (CDF on, unchanged merge)
+        self.row_tracking = RowTrackingLog()
 
     def take(self, version: int, commit: SplitCommit | None) -> None:
         """Apply a commit of the range and take its file actions."""
@@ -182,6 +199,8 @@ class _LogWalk:
         self._apply(version, commit.actions)
         cdf_on = self.metadata.configuration.get(CHANGE_DATA_FEED_KEY, "false").lower() == "true"
         self.commits[version] = (cdf_on, _unchanged_merge(commit.actions))
+        self.row_tracking.take(version, self.protocol, self.metadata.configuration,
+                               commit.actions, commit.text)
         self.files.extend(version, commit.text)
 
     def settle_feed_schema(self, end: int, latest: int) -> None:

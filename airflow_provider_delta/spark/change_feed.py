@@ -11,7 +11,8 @@ row is counted +1 per removed copy and -1 per added copy, and what remains is re
 many ``delete`` (positive) or ``insert`` (negative) rows. Rows are compared on their values
 with Spark's equality (nulls equal, NaN equal to NaN, -0.0 to 0.0; maps and VARIANT as below). An unchanged copied row nets to zero;
 an updated row is a ``delete`` of its old image and an ``insert`` of its new one (we do not
-pair them into update pre/post images: without keys the pairing is a guess).
+pair them into update pre/post images: without keys the pairing is a guess). Where the table
+has row tracking, row ids pair them exactly instead (:mod:`.row_id_changes`).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from airflow_provider_delta.core.delta_log import TableLocation
 from airflow_provider_delta.spark.deletion_vectors import deleted_rows
 from airflow_provider_delta.spark.handoff import select_sql
 from airflow_provider_delta.spark.reader import read_plan
+from airflow_provider_delta.spark.row_id_changes import row_id_changes
 from airflow_provider_delta.spark.schema import logical_schema, quoted
 
 _CDF_FIELDS = (
@@ -77,10 +79,13 @@ def read_feed(
     """The rows of a change feed plan (see :func:`read_change_feed`)."""
     reader = _FeedReader(spark, feed, storage_options)
     frames = reader.frames([c for c in feed.commits if not c.net])
-    netted = reader.frames([c for c in feed.commits if c.net])
+    netted = reader.frames([c for c in feed.commits if c.net and not c.row_tracking])
     if netted:
         frames.append(_net_changes(spark, _union(netted)))
     schema = logical_schema(_with_cdf_columns(feed.metadata, tagged=()))
+    tracked = [c for c in feed.commits if c.row_tracking]
+    if tracked:  # copy-on-write commits that row ids pair: nothing compared row by row
+        frames.append(row_id_changes(reader, tracked, schema.names))
     if not frames:
         return spark.createDataFrame([], schema)
     return select_sql(spark, _union(frames), [quoted(name) for name in schema.names])
@@ -112,7 +117,7 @@ class _FeedReader:
         kind = files.column("kind")
         cdc = files.filter(pc.equal(kind, CDC))
         whole = files.filter(pc.is_in(kind, value_set=pa.array([INSERT, DELETE])))
-        vectors, vector_rows = self._vector_changes(files.filter(pc.equal(kind, VECTOR)))
+        vectors, vector_rows = self.vector_changes(files.filter(pc.equal(kind, VECTOR)))
         frames = []
         if len(cdc):
             frames.append(self._read(cdc, tagged=(COMMIT_VERSION, COMMIT_TIMESTAMP)))
@@ -136,7 +141,13 @@ class _FeedReader:
         return read_plan(self.spark, plan, storage_options=self.storage_options,
                          only_rows=only_rows)
 
-    def _vector_changes(self, files: pa.Table) -> tuple[pa.Table, dict[int, np.ndarray]]:
+    def tagged_files(self, commits: list[CommitChanges]) -> tuple[pa.Table, TableMetadata]:
+        """The commits' files tagged as :meth:`frames` reads them, and the metadata to read
+        whole files with."""
+        return (_tagged(self.feed.files_of(commits), commits),
+                _with_cdf_columns(self.feed.metadata, _TAGS))
+
+    def vector_changes(self, files: pa.Table) -> tuple[pa.Table, dict[int, np.ndarray]]:
         """Per vector change, the rows the new vector masks and the old did not (deleted) and
         the reverse (restored), as entries of the file without its vector."""
         rows, kinds, only_rows = [], [], {}

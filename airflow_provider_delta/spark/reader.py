@@ -117,6 +117,7 @@ def read_plan(
     *,
     storage_options: dict[str, str] | None = None,
     only_rows: Mapping[int, np.ndarray] | None = None,
+    row_index: str | None = None,
 ) -> DataFrame:
     """The rows of ``plan``'s files, deletion vectors applied, in the plan's logical schema.
 
@@ -125,6 +126,7 @@ def read_plan(
     and check files in object stores (Spark itself uses its own Hadoop configuration).
     ``only_rows`` (plan position -> non-empty row indexes, for every file) reads just those
     rows of each file instead of applying deletion vectors: the change feed's vector changes.
+    ``row_index`` names a last column holding each row's position in its file (row ids).
     """
     if not len(plan):
         return spark.createDataFrame([], logical_schema(plan.metadata))
@@ -134,7 +136,7 @@ def read_plan(
             "leaves files of the plan without rows", "list some rows of every file of the plan",
             plan.table_uri)
     with _files_checked_meanwhile(plan, storage_options):
-        return _read_checked_plan(spark, plan, storage_options, only_rows)
+        return _read_checked_plan(spark, plan, storage_options, only_rows, row_index)
 
 
 def _read_checked_plan(
@@ -142,6 +144,7 @@ def _read_checked_plan(
     plan: Plan,
     storage_options: dict[str, str] | None,
     only_rows: Mapping[int, np.ndarray] | None,
+    row_index: str | None = None,
 ) -> DataFrame:
     metadata = plan.metadata
     file_table = _scanned_file_table(plan, storage_options)
@@ -156,8 +159,8 @@ def _read_checked_plan(
         plan.end_version, len(rounds),
     )
     row_join = "left_anti" if only_rows is None else "left_semi"
-    return _union([_read_round(spark, metadata, file_table, positions, deletions, row_join)
-                   for positions in rounds])
+    return _union([_read_round(spark, metadata, file_table, positions, deletions, row_join,
+                               row_index) for positions in rounds])
 
 
 @contextmanager
@@ -251,6 +254,7 @@ def _read_round(
     positions: np.ndarray,
     deletions: Mapping[int, np.ndarray],
     row_join: str,
+    row_index: str | None = None,
 ) -> DataFrame:
     """One Parquet scan over files with distinct paths, with their partitions and DVs."""
     round_deletions = {int(i): deletions[int(i)] for i in positions if int(i) in deletions}
@@ -263,7 +267,7 @@ def _read_round(
     else:  # Spark Connect sends the paths in one message
         with _serial_listing(spark, len(paths) > _DISCOVERY_THRESHOLD and _all_local(paths)):
             scans = [reader.parquet(*spark_read_paths(paths).to_pylist())]
-    data_sql = to_logical_sql(metadata)
+    data_sql = None if row_index else to_logical_sql(metadata)
     if not (metadata.partition_columns or round_deletions) and data_sql is not None:
         return select_sql(spark, _union(scans), data_sql)
     if (not round_deletions and len(scans) == 1 and len(files) <= LOOKUP_MAX_FILES
@@ -272,10 +276,10 @@ def _read_round(
         if looked_up is not None:
             return looked_up
     scan_columns = [F.col("*"), F.col("_metadata.file_path").alias(_FILE)]
-    if round_deletions:
+    if round_deletions or row_index:
         scan_columns.append(F.col("_metadata.row_index").alias(_ROW))
     rows = _union([scan.select(*scan_columns) for scan in scans])
-    columns = _result_columns(metadata)
+    columns = _result_columns(metadata) + ([F.col(_ROW).alias(row_index)] if row_index else [])
     if not (metadata.partition_columns or round_deletions):
         return rows.select(*columns)
     # A left join plus a guard: a scanned file missing from the files frame fails the query
