@@ -9,12 +9,16 @@ merge load against a full reload of the target.
    * ``cdf-on``: the Change Data Feed on, the change an UPDATE (deltalake writes cdc files);
    * ``cdf-off``: no Change Data Feed, the change a copy-on-write DELETE (deltalake rewrites
      the files, no deletion vectors), which the feed nets (the rewritten files' rows against
-     the removed files' rows).
+     the removed files' rows);
+   * ``row-tracking`` and ``row-tracking-update``: no Change Data Feed, row tracking on (written
+     by delta-spark, ``row_tracking_table.py``, with the Python of ``.venv-delta-spark`` or
+     ``$DELTA_SPARK_PYTHON``), the change a copy-on-write DELETE or UPDATE, which the feed
+     pairs by row id.
 
    ``read_change_feed`` of the whole range (the appends and the change) into Spark's ``noop``
    sink, against Spark's floor: ``spark.read.parquet`` of the files the feed reads (the
    appends' adds, the change's cdc files, or its added and removed files), taken from the log,
-   into the same sink. Goals: CDF on <= 1.3x, CDF off <= 1.8x. ``--layout appends`` leaves the
+   into the same sink. Goals: CDF on <= 1.3x, CDF off <= 1.8x, row tracking <= 1.3x. ``--layout appends`` leaves the
    change out (the feed of the appends alone: the earlier layout, goal <= 1.5x).
 
    Each revision measures in a child process of its own (a fresh local Spark session, warm-up
@@ -126,10 +130,25 @@ def cdf_off_case(path: str, rows: int, commits: int, changed: str | None) -> Non
         DeltaTable(path).delete(changed)
 
 
+def row_tracking_case(change: str) -> Callable[[str, int, int, str | None], None]:
+    """Appends with row tracking on, then a copy-on-write ``change`` (``delete`` or
+    ``update``) of the ``changed`` rows, written by delta-spark in its own venv."""
+    def write(path: str, rows: int, commits: int, changed: str | None) -> None:
+        root = Path(__file__).resolve().parent.parent
+        python = os.environ.get("DELTA_SPARK_PYTHON",
+                                str(root / ".venv-delta-spark" / "bin" / "python"))
+        where = ["--change", change, "--where", changed] if changed else []
+        subprocess.run([python, str(root / "benchmarks" / "row_tracking_table.py"), path,
+                        str(rows), str(commits), *where], cwd=root, check=True,
+                       capture_output=True)
+    return write
+
+
 # case name -> writer of its table: ``(path, rows, commits, changed)``, ``changed`` the SQL
 # predicate of the rows the last commit changes (None: no such commit)
 FEED_CASES: dict[str, Callable[[str, int, int, str | None], None]] = {
     "cdf-on": cdf_on_case, "cdf-off": cdf_off_case,
+    "row-tracking": row_tracking_case("delete"), "row-tracking-update": row_tracking_case("update"),
 }
 
 

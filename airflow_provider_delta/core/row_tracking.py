@@ -9,8 +9,8 @@ row_id_changes`); the other copy-on-write commits keep the netting diff.
 
 A commit qualifies when row tracking is enabled at its version (the ``rowTracking`` writer
 feature, ``delta.enableRowTracking`` and not ``delta.rowTrackingSuspended``, both materialized
-column names set), its writer did not say it lost ids (``delta.rowTracking.preserved`` false)
-and each of its changed files carries ``baseRowId`` and ``defaultRowCommitVersion``.
+column names set), its writer did not say it lost ids (``delta.rowTracking.preserved`` false),
+it is not a RESTORE, and each of its changed files carries ``baseRowId`` and ``defaultRowCommitVersion``.
 """
 
 from __future__ import annotations
@@ -84,6 +84,9 @@ class RowTrackingLog:
         info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
         if str((info.get("tags") or {}).get(PRESERVED_TAG, "true")).lower() == "false":
             self.refused[version] = f"its writer did not preserve row ids ({PRESERVED_TAG})"
+            return
+        if info.get("operation") == "RESTORE":  # changed rows come back with older versions
+            self.refused[version] = "RESTORE brings rows back with their earlier row versions"
             return
         self.columns[version] = columns
         if b'"remove"' in text:  # only a commit that removes files can be a rewrite

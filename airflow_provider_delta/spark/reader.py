@@ -267,12 +267,13 @@ def _read_round(
     else:  # Spark Connect sends the paths in one message
         with _serial_listing(spark, len(paths) > _DISCOVERY_THRESHOLD and _all_local(paths)):
             scans = [reader.parquet(*spark_read_paths(paths).to_pylist())]
-    data_sql = None if row_index else to_logical_sql(metadata)
-    if not (metadata.partition_columns or round_deletions) and data_sql is not None:
+    data_sql = to_logical_sql(metadata)
+    if (not (metadata.partition_columns or round_deletions or row_index)
+            and data_sql is not None):
         return select_sql(spark, _union(scans), data_sql)
     if (not round_deletions and len(scans) == 1 and len(files) <= LOOKUP_MAX_FILES
             and data_sql is not None):
-        looked_up = _with_file_constants(spark, scans[0], metadata, files, data_sql)
+        looked_up = _with_file_constants(spark, scans[0], metadata, files, data_sql, row_index)
         if looked_up is not None:
             return looked_up
     scan_columns = [F.col("*"), F.col("_metadata.file_path").alias(_FILE)]
@@ -299,10 +300,10 @@ def _union(frames: list[DataFrame]) -> DataFrame:
 
 def _with_file_constants(
     spark: SparkSession, scan: DataFrame, metadata: TableMetadata, files: pa.Table,
-    data_sql: list[str],
+    data_sql: list[str], row_index: str | None = None,
 ) -> DataFrame | None:
-    """The scan's rows with their file's partition values, looked up by path in SQL literals;
-    None if a value cannot be written as one."""
+    """The scan's rows with their file's partition values, looked up by path in SQL literals
+    (and ``row_index``, see :func:`read_plan`); None if a value cannot be written as one."""
     values = files.column("partition_values").combine_chunks()
     schema = logical_schema(metadata)
     constants = {}
@@ -314,10 +315,11 @@ def _with_file_constants(
                 return None
     index = file_index_sql(spark_file_paths(files.column("path")), _UNMATCHED_FILE,
                            _listed_sizes(spark, files))
-    rows = select_sql(spark, scan, [*data_sql, f"{index} AS {_FILE_ID}"])
+    positions = [f"_metadata.row_index AS {quoted(row_index)}"] if row_index else []
+    rows = select_sql(spark, scan, [*data_sql, f"{index} AS {_FILE_ID}", *positions])
     return select_sql(spark, rows, [
         f"{constants[f.name]} AS {quoted(f.name)}" if f.name in constants else quoted(f.name)
-        for f in schema.fields])
+        for f in schema.fields] + [quoted(row_index)] * bool(row_index))
 
 
 def _listed_sizes(spark: SparkSession, files: pa.Table) -> pa.Array | None:

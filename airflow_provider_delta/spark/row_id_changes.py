@@ -47,7 +47,8 @@ def row_id_changes(reader, commits: list[CommitChanges], feed_columns: list[str]
     by_columns = sorted(commits, key=lambda c: (c.row_tracking.row_id, c.version))
     for columns, group in groupby(by_columns, key=lambda c: c.row_tracking):
         rows = _keyed_rows(reader, list(group), columns)
-        frames.append(_typed_changes(rows).select(*(quoted(n) for n in feed_columns)))
+        frames.append(_typed_changes(reader.spark, rows, columns).select(
+            *(quoted(n) for n in feed_columns)))
     return frames[0] if len(frames) == 1 else _union(frames)
 
 
@@ -73,21 +74,35 @@ def _keyed_rows(reader, commits: list[CommitChanges], columns: MaterializedColum
     )
 
 
-def _typed_changes(rows: DataFrame) -> DataFrame:
-    """The rows whose (id, row version) is on one side of their commit only, typed."""
-    key = [COMMIT_VERSION, _ROW_ID, _ROW_VERSION]
-    one_sided = (rows.groupBy(*key).agg(F.min(CHANGE_TYPE).alias(CHANGE_TYPE),
-                                        F.count_distinct(CHANGE_TYPE).alias(_PAIRED))
-                 .where(F.col(_PAIRED) == 1).drop(_PAIRED))
-    paired = (one_sided.groupBy(COMMIT_VERSION, _ROW_ID)
-              .agg((F.count_distinct(CHANGE_TYPE) > 1).alias(_PAIRED)))
-    typed = one_sided.join(paired, [COMMIT_VERSION, _ROW_ID]).select(
-        *key, CHANGE_TYPE,
-        F.when(~F.col(_PAIRED), F.col(CHANGE_TYPE))
-        .when(F.col(CHANGE_TYPE) == DELETE, F.lit(UPDATE_PREIMAGE))
-        .otherwise(F.lit(UPDATE_POSTIMAGE)).alias(_PAIRED))
-    return (rows.join(typed, [*key, CHANGE_TYPE])
-            .drop(CHANGE_TYPE).withColumnRenamed(_PAIRED, CHANGE_TYPE))
+def _typed_changes(spark, rows: DataFrame, columns: MaterializedColumns) -> DataFrame:
+    """The reported rows, typed (see the module docstring).
+
+    An added row is reported when its row version is the commit's: new (a fresh id, not
+    materialized: ``insert``) or updated (a preserved id: ``update_postimage``); the others
+    were copied. A removed row is reported unless its id was copied: these ids (few: the
+    deleted and updated rows) come from the narrow keys alone and are handed back to Spark
+    as a small table, so the full rows are never shuffled."""
+    removed = F.col(CHANGE_TYPE) == DELETE
+    current = F.col(_ROW_VERSION) == F.col(COMMIT_VERSION)
+    key = [COMMIT_VERSION, _ROW_ID]
+    added = rows.where(~removed & current).withColumn(CHANGE_TYPE, F.when(
+        F.col(quoted(columns.row_id)).isNull(), F.lit(INSERT)).otherwise(UPDATE_POSTIMAGE))
+    updated = (rows.where(~removed & current & F.col(quoted(columns.row_id)).isNotNull())
+               .select(*key, F.lit(True).alias(_PAIRED)))
+    gone = (rows.where(removed).select(*key)
+            .join(rows.where(~removed & ~current).select(*key), key, "left_anti")
+            .join(updated, key, "left"))
+    changed = _small_table(spark, gone)
+    removed_rows = rows.where(removed).join(F.broadcast(changed), key).withColumn(
+        CHANGE_TYPE, F.when(F.col(_PAIRED), F.lit(UPDATE_PREIMAGE)).otherwise(F.lit(DELETE)))
+    return removed_rows.drop(_PAIRED).unionByName(added)
+
+
+def _small_table(spark, keys: DataFrame) -> DataFrame:
+    """The keys computed now and handed back to Spark as an Arrow table."""
+    table = keys.toArrow()
+    return spark.createDataFrame(table.cast(pa.schema(
+        [pa.field(f.name, f.type) for f in table.schema])), schema=keys.schema)
 
 
 def _read(reader, metadata: TableMetadata, files: pa.Table, only_rows) -> DataFrame:
