@@ -18,8 +18,9 @@ merge load against a full reload of the target.
    ``read_change_feed`` of the whole range (the appends and the change) into Spark's ``noop``
    sink, against Spark's floor: ``spark.read.parquet`` of the files the feed reads (the
    appends' adds, the change's cdc files, or its added and removed files), taken from the log,
-   into the same sink. Goals: CDF on <= 1.3x, CDF off <= 1.8x, row tracking <= 1.3x. ``--layout appends`` leaves the
-   change out (the feed of the appends alone: the earlier layout, goal <= 1.5x).
+   into the same sink. Goals: CDF on <= 1.3x, CDF off <= 1.8x, row tracking <= 1.3x.
+   ``--layout appends`` leaves the change out (the feed of the appends alone: the earlier
+   layout, goal <= 1.5x).
 
    Each revision measures in a child process of its own (a fresh local Spark session, warm-up
    of each side, then ``--repeat`` runs with the sides alternating); best and median wall
@@ -37,9 +38,10 @@ merge load against a full reload of the target.
    and the write and commit (deltalake's MERGE; Spark's Parquet write and a deltalake commit).
 
 Usage: ``PYTHONPATH=. python benchmarks/bench_change_feed.py [--rows 1000000,10000000]
-[--commits 10] [--cases cdf-on,cdf-off] [--layout clustered|spread|appends] [--baseline-rev REV]
-[--repeat 3] [--part feed|merge|both] [--files 40]``. Tables are written with ``deltalake``
-into a temp folder and deleted after each size.
+[--commits 10] [--cases cdf-on,cdf-off,row-tracking,row-tracking-update] [--layout
+clustered|spread|appends] [--baseline-rev REV] [--repeat 3] [--part feed|merge|both] [--files
+40]``. Tables are written with ``deltalake`` (row tracking: delta-spark) into a temp folder and
+deleted after each size.
 """
 
 from __future__ import annotations
@@ -148,8 +150,10 @@ def row_tracking_case(change: str) -> Callable[[str, int, int, str | None], None
 # predicate of the rows the last commit changes (None: no such commit)
 FEED_CASES: dict[str, Callable[[str, int, int, str | None], None]] = {
     "cdf-on": cdf_on_case, "cdf-off": cdf_off_case,
-    "row-tracking": row_tracking_case("delete"), "row-tracking-update": row_tracking_case("update"),
+    "row-tracking": row_tracking_case("delete"),
+    "row-tracking-update": row_tracking_case("update"),
 }
+DEFAULT_CASES = ("cdf-on", "cdf-off", "row-tracking")
 
 
 def floor_paths(path: str, end: int) -> list[str]:
@@ -302,7 +306,7 @@ def main() -> None:
     parser.add_argument("--part", choices=("feed", "merge", "both"), default="feed")
     parser.add_argument("--layout", choices=("clustered", "spread", "appends"),
                         default="clustered")
-    parser.add_argument("--cases", type=lambda text: text.split(","), default=list(FEED_CASES))
+    parser.add_argument("--cases", type=lambda text: text.split(","), default=list(DEFAULT_CASES))
     parser.add_argument("--baseline-rev", default="")
     parser.add_argument("--measure", help=argparse.SUPPRESS)  # a child's tables, as JSON
     args = parser.parse_args()

@@ -1,12 +1,12 @@
 """The change-feed benchmark's source with row tracking, written by delta-spark (deltalake
 cannot write row tracking): ``commits`` appends of ``rows`` rows in all (one file each, the
-columns of ``bench_change_feed.rows_of``), then with ``--change`` a copy-on-write DELETE or
-UPDATE of 1% of the rows (every hundredth id: every file is rewritten). The Change Data Feed
-and deletion vectors are off.
+columns of ``bench_change_feed.rows_of``), then with ``--where`` a copy-on-write DELETE or
+UPDATE (``--change``) of the rows it selects. The Change Data Feed and deletion vectors are
+off.
 
 Run by ``bench_change_feed.py`` with the Python of ``.venv-delta-spark`` (pyspark 4.2 and
 Delta's jars): ``python benchmarks/row_tracking_table.py PATH ROWS COMMITS [--change
-delete|update|none]``.
+delete|update --where PREDICATE]``.
 """
 
 from __future__ import annotations
@@ -18,9 +18,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.delta_spark.conftest import delta_confs  # noqa: E402
 
-CHANGED = "id % 100 = 7"
-CHANGES = {"delete": f"DELETE FROM {{table}} WHERE {CHANGED}",
-           "update": f"UPDATE {{table}} SET label = 'changed' WHERE {CHANGED}"}
+CHANGES = {"delete": "DELETE FROM {table} WHERE {where}",
+           "update": "UPDATE {table} SET label = 'changed' WHERE {where}"}
 
 
 def main() -> None:
@@ -28,7 +27,8 @@ def main() -> None:
     parser.add_argument("path")
     parser.add_argument("rows", type=int)
     parser.add_argument("commits", type=int)
-    parser.add_argument("--change", choices=(*CHANGES, "none"), default="delete")
+    parser.add_argument("--change", choices=tuple(CHANGES), default="delete")
+    parser.add_argument("--where", help="the changed rows (SQL); none without it")
     args = parser.parse_args()
     from pyspark.sql import SparkSession
 
@@ -46,8 +46,8 @@ def main() -> None:
         low = number * per_commit
         spark.sql(f"INSERT INTO {table} SELECT /*+ COALESCE(1) */ id, id * 3, string(id) "
                   f"FROM range({low}, {low + per_commit})")
-    if args.change != "none":
-        spark.sql(CHANGES[args.change].format(table=table))
+    if args.where:
+        spark.sql(CHANGES[args.change].format(table=table, where=args.where))
     spark.stop()
 
 

@@ -2,15 +2,16 @@
 
 A table with row tracking gives every row a stable id and the version that last inserted or
 updated it (PROTOCOL.md, "Row Tracking"). Within a commit that rewrites files, a removed row and
-an added row with the same id are one logical row: the same row commit version on both sides
-means it was only copied, another one that it changed. So such a commit's changes follow from
-the ids alone, with nothing compared column by column (:mod:`~airflow_provider_delta.spark.
-row_id_changes`); the other copy-on-write commits keep the netting diff.
+an added row with the same id are one logical row, copied unless the commit wrote it (its row
+commit version is then the commit's). So such a commit's changes follow from the ids alone,
+with nothing compared column by column (:mod:`~airflow_provider_delta.spark.row_id_changes`);
+the other copy-on-write commits keep the netting diff.
 
 A commit qualifies when row tracking is enabled at its version (the ``rowTracking`` writer
 feature, ``delta.enableRowTracking`` and not ``delta.rowTrackingSuspended``, both materialized
-column names set), its writer did not say it lost ids (``delta.rowTracking.preserved`` false),
-it is not a RESTORE, and each of its changed files carries ``baseRowId`` and ``defaultRowCommitVersion``.
+column names set), its writer did not say it lost ids (``delta.rowTracking.preserved``
+false), it is not a RESTORE, and each of its changed files carries ``baseRowId`` and
+``defaultRowCommitVersion``.
 """
 
 from __future__ import annotations

@@ -128,9 +128,17 @@ class _FeedReader:
         return frames
 
     def _read(self, files: pa.Table, *, tagged=_TAGS, only_rows=None) -> DataFrame:
-        metadata = _with_cdf_columns(self.feed.metadata, tagged)
         values = files.column("partition_values").combine_chunks()
         names = [*(n for n in values.type.names if n not in _TAGS), *tagged]
+        return self.read_files(files, _with_cdf_columns(self.feed.metadata, tagged), names,
+                               only_rows=only_rows)
+
+    def read_files(self, files: pa.Table, metadata: TableMetadata, names: list[str], *,
+                   only_rows=None, row_index: str | None = None) -> DataFrame:
+        """Feed files read with ``metadata``, whose partition columns are the ``names`` of
+        their partition values (see :func:`~airflow_provider_delta.spark.reader.read_plan`
+        for the rest)."""
+        values = files.column("partition_values").combine_chunks()
         plan = Plan(
             table_uri=self.feed.table_uri, start_version=self.feed.start_version,
             end_version=self.feed.end_version, metadata=metadata,
@@ -139,7 +147,7 @@ class _FeedReader:
                 pa.StructArray.from_arrays([values.field(n) for n in names], names=names)),
         )
         return read_plan(self.spark, plan, storage_options=self.storage_options,
-                         only_rows=only_rows)
+                         only_rows=only_rows, row_index=row_index)
 
     def tagged_files(self, commits: list[CommitChanges]) -> tuple[pa.Table, TableMetadata]:
         """The commits' files tagged as :meth:`frames` reads them, and the metadata to read

@@ -319,7 +319,7 @@ def _with_file_constants(
     rows = select_sql(spark, scan, [*data_sql, f"{index} AS {_FILE_ID}", *positions])
     return select_sql(spark, rows, [
         f"{constants[f.name]} AS {quoted(f.name)}" if f.name in constants else quoted(f.name)
-        for f in schema.fields] + [quoted(row_index)] * bool(row_index))
+        for f in schema.fields] + ([quoted(row_index)] if row_index else []))
 
 
 def _listed_sizes(spark: SparkSession, files: pa.Table) -> pa.Array | None:

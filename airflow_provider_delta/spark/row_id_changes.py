@@ -1,19 +1,19 @@
-"""The changes of copy-on-write commits on a table with row tracking, paired by row id.
+"""The changes of copy-on-write commits on a table with row tracking, told by row id.
 
 Each row of a removed file and of an added file gets its stable row id and row commit version
 (the materialized columns where not null, else the file's ``baseRowId`` plus the row's position
-and its ``defaultRowCommitVersion``; PROTOCOL.md, "Row Tracking"). Within a commit, an id and
-version found on both sides is a row the rewrite only copied: not reported. What remains is
-typed by its id alone: on both sides it is an update (``update_preimage`` the removed image,
-``update_postimage`` the added one), else a ``delete`` or an ``insert``, as Delta's CDF reader
-reports these commits. Only the narrow (version, id, row version) keys are grouped; the rows
-themselves are then picked by a join with the changed keys, which are few.
+and its ``defaultRowCommitVersion``; PROTOCOL.md, "Row Tracking"). An added row whose row
+version is its commit's was written by it: an ``insert`` where its id is fresh (not
+materialized), else an ``update_postimage``; the others were only copied. A removed row whose id
+the commit did not copy is a ``delete``, or the ``update_preimage`` of an updated id. These are
+the rows Delta's CDF reader gives for such commits; nothing is compared column by column, and
+only the narrow (version, id) keys are joined to find the removed rows to report.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import replace
+from functools import reduce
 from itertools import groupby
 
 import pyarrow as pa
@@ -24,12 +24,10 @@ from pyspark.sql import functions as F
 from airflow_provider_delta.core.change_feed import (
     CHANGE_TYPE, COMMIT_VERSION, DELETE, INSERT, VECTOR, CommitChanges,
 )
-from airflow_provider_delta.core.file_table import PLAN_COLUMNS
-from airflow_provider_delta.core.model import Plan, TableMetadata
+from airflow_provider_delta.core.model import TableMetadata
 from airflow_provider_delta.core.row_tracking import (
     BASE_ROW_ID, DEFAULT_ROW_COMMIT_VERSION, MaterializedColumns,
 )
-from airflow_provider_delta.spark.reader import read_plan
 from airflow_provider_delta.spark.schema import quoted
 
 UPDATE_PREIMAGE, UPDATE_POSTIMAGE = "update_preimage", "update_postimage"
@@ -38,6 +36,7 @@ _ROW_INDEX = "__delta_provider_row_position"
 _PAIRED = "__delta_provider_paired"
 _FILE_TAGS = (BASE_ROW_ID, DEFAULT_ROW_COMMIT_VERSION)
 _LONG = {"type": "long", "nullable": True, "metadata": {}}
+_MAX_COLLECTED = 1 << 20  # removed rows to report (16 bytes each) picked by a broadcast
 
 
 def row_id_changes(reader, commits: list[CommitChanges], feed_columns: list[str]) -> DataFrame:
@@ -49,7 +48,7 @@ def row_id_changes(reader, commits: list[CommitChanges], feed_columns: list[str]
         rows = _keyed_rows(reader, list(group), columns)
         frames.append(_typed_changes(reader.spark, rows, columns).select(
             *(quoted(n) for n in feed_columns)))
-    return frames[0] if len(frames) == 1 else _union(frames)
+    return _union(frames)
 
 
 def _keyed_rows(reader, commits: list[CommitChanges], columns: MaterializedColumns
@@ -62,8 +61,9 @@ def _keyed_rows(reader, commits: list[CommitChanges], columns: MaterializedColum
     whole = files.filter(pc.is_in(kind, value_set=pa.array([INSERT, DELETE])))
     vectors, vector_rows = reader.vector_changes(files.filter(pc.equal(kind, VECTOR)))
     metadata = _with_row_columns(metadata, columns)
-    sides = [_read(reader, metadata, part, rows) for part, rows in
-             ((whole, None), (vectors, vector_rows)) if len(part)]
+    sides = [reader.read_files(part, metadata, list(metadata.partition_columns),
+                               only_rows=rows, row_index=_ROW_INDEX)
+             for part, rows in ((whole, None), (vectors, vector_rows)) if len(part)]
     rows = _union(sides)
     return rows.select(
         "*",
@@ -92,33 +92,18 @@ def _typed_changes(spark, rows: DataFrame, columns: MaterializedColumns) -> Data
     gone = (rows.where(removed).select(*key)
             .join(rows.where(~removed & ~current).select(*key), key, "left_anti")
             .join(updated, key, "left"))
-    changed = _small_table(spark, gone)
-    removed_rows = rows.where(removed).join(F.broadcast(changed), key).withColumn(
+    removed_rows = rows.where(removed).join(_small_table(spark, gone), key).withColumn(
         CHANGE_TYPE, F.when(F.col(_PAIRED), F.lit(UPDATE_PREIMAGE)).otherwise(F.lit(DELETE)))
     return removed_rows.drop(_PAIRED).unionByName(added)
 
 
 def _small_table(spark, keys: DataFrame) -> DataFrame:
-    """The keys computed now and handed back to Spark as an Arrow table."""
-    table = keys.toArrow()
-    return spark.createDataFrame(table.cast(pa.schema(
-        [pa.field(f.name, f.type) for f in table.schema])), schema=keys.schema)
-
-
-def _read(reader, metadata: TableMetadata, files: pa.Table, only_rows) -> DataFrame:
-    """A group of the files (tags among their partition values), each row with its
-    position in its file."""
-    values = files.column("partition_values").combine_chunks()
-    names = [*metadata.partition_columns]
-    plan = Plan(
-        table_uri=reader.feed.table_uri, start_version=reader.feed.start_version,
-        end_version=reader.feed.end_version, metadata=metadata,
-        file_table=files.select(PLAN_COLUMNS).set_column(
-            PLAN_COLUMNS.index("partition_values"), "partition_values",
-            pa.StructArray.from_arrays([values.field(n) for n in names], names=names)),
-    )
-    return read_plan(reader.spark, plan, storage_options=reader.storage_options,
-                     only_rows=only_rows, row_index=_ROW_INDEX)
+    """The keys computed now and handed back to Spark as a broadcast Arrow table, so the
+    full rows they pick are not shuffled; left to Spark's join if they are many."""
+    table = keys.limit(_MAX_COLLECTED + 1).toArrow()
+    if table.num_rows > _MAX_COLLECTED:
+        return keys
+    return F.broadcast(spark.createDataFrame(table, schema=keys.schema))
 
 
 def _with_file_tags(files: pa.Table) -> pa.Table:
@@ -146,9 +131,5 @@ def _with_row_columns(metadata: TableMetadata, columns: MaterializedColumns) -> 
                    partition_columns=(*metadata.partition_columns, *_FILE_TAGS))
 
 
-def _union(frames: Iterable[DataFrame]) -> DataFrame:
-    frames = list(frames)
-    result = frames[0]
-    for frame in frames[1:]:
-        result = result.unionByName(frame)
-    return result
+def _union(frames: list[DataFrame]) -> DataFrame:
+    return reduce(DataFrame.unionByName, frames)
