@@ -96,7 +96,8 @@ def test_feed_by_row_id_equals_deltas_change_data_feed(delta_spark, twins):
 def _count_netting(monkeypatch) -> list:
     """The calls of the netting diff, counted (it still runs)."""
     calls, real = [], change_feed._net_changes
-    monkeypatch.setattr(change_feed, "_net_changes", lambda rows: calls.append(rows) or real(rows))
+    monkeypatch.setattr(change_feed, "_net_changes",
+                        lambda *args: calls.append(args) or real(*args))
     return calls
 
 
