@@ -19,7 +19,8 @@ Once every trigger has made its first check, an idle window measures:
 
 Then version 1 is committed to every table (a commit written by deltalake, kept aside and
 renamed into ``_delta_log``, as a local commit appears), the tables' commits spread evenly over
-one poll interval so that they fall at every phase of the polls; the detection time of each
+one poll interval in a shuffled order so that they fall at every phase of the polls, whatever
+order the polls follow; the detection time of each
 trigger (event time minus its table's commit time) gives p50/p99.
 
 Every scenario runs in its own process, on tables made for it (their logs hard-linked to one
@@ -89,8 +90,15 @@ def linked_table(template: Path, table: Path) -> Path:
 
 def commit_spread(tables: list[Path], poll_interval: float) -> dict[str, float]:
     """Commit version 1 to each table, spread evenly over one poll interval (so the commits
-    fall at every phase of the polls); the time of each commit by table."""
+    fall at every phase of the polls); the time of each commit by table.
+
+    The tables take their turns in a shuffled order (the same in every run of a size): in the
+    order they were made, a commit's phase would follow its trigger's start, and so its poll's
+    phase wherever polls follow the order in which the triggers started.
+    """
     committed = {}
+    tables = list(tables)
+    random.Random(len(tables)).shuffle(tables)
     started = time.monotonic()
     for index, table in enumerate(tables):
         time.sleep(max(0.0, started + index * poll_interval / len(tables) - time.monotonic()))

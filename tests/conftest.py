@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import itertools
 import json
 import logging
@@ -15,6 +16,7 @@ import pytest
 
 # Airflow reads its configuration at import time, so the test home is set before any import.
 _AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="airflow-home-"))
+atexit.register(shutil.rmtree, _AIRFLOW_HOME, ignore_errors=True)  # one a pytest process
 os.environ.setdefault("AIRFLOW_HOME", str(_AIRFLOW_HOME))
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "True")

@@ -5,13 +5,13 @@ poll, 30,000 tables make 6,000 polls a second. If each poll cost the event loop 
 a timer or a wake-up, the loop would spend its time on tables where nothing happened. So a
 :class:`PollWorker` owns a thread that polls its tables on :class:`Wheel`\\ s (one per poll
 interval) that spread them evenly over the interval, and hands the loop only what changed, in
-one call per batch. An idle table costs the loop nothing.
+one call per batch. An idle table costs the loop nothing, and the thread sleeps until the next
+slot that holds a table.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import threading
 import time
@@ -38,56 +38,121 @@ class TablePoller(Protocol):
         """One poll; what to hand to the loop, None if nothing."""
 
 
+class Clock:
+    """The workers' time (monotonic seconds) and threads. A test gives a clock it moves itself,
+    so that a turn comes when the test says and the test knows when a worker sleeps."""
+
+    def now(self) -> float:
+        return time.monotonic()
+
+    def thread(self, name: str) -> WorkerThread:
+        """The thread of one worker (started when the worker gets its first table)."""
+        return WorkerThread(self, name)
+
+
+class WorkerThread:
+    """A worker's thread and its sleeps: until a time, or until woken (a table due sooner)."""
+
+    def __init__(self, clock: Clock, name: str):
+        self._clock = clock
+        self._name = name
+        self._woken = threading.Event()
+
+    def start(self, run: Callable[[], None]) -> None:
+        threading.Thread(target=run, name=self._name, daemon=True).start()
+
+    def wake(self) -> None:
+        self._woken.set()
+
+    def sleep(self, until: float) -> None:
+        timeout = None if until == float("inf") else max(0.0, until - self._clock.now())
+        if self._woken.wait(timeout):
+            self._woken.clear()  # before the worker looks at its wheels: no wake-up is lost
+
+
 class Wheel:
     """The tables of one poll interval, spread over it in slots of about :data:`TICK_SECONDS`.
 
-    Each turn polls one slot; a slot comes round once an interval, on a fixed schedule (a late
-    turn does not push the later ones back).
+    Turn ``t`` comes at ``origin + t * tick`` and polls slot ``t % len(slots)``: a slot comes
+    round once an interval, on a fixed schedule (a late turn does not push the later ones
+    back). A table goes to the least filled slot that comes soonest, so tables added together
+    spread evenly, and a table added alone is polled at the next turn, not up to an interval
+    later.
     """
 
     def __init__(self, interval: float, now: float):
+        count = max(1, round(interval / TICK_SECONDS))
         self.interval = interval
-        self.slots: list[list[TablePoller]] = [
-            [] for _ in range(max(1, round(interval / TICK_SECONDS)))]
-        self.tick = interval / len(self.slots)
-        self.next_at = now + self.tick
+        self.tick = interval / count
+        self.slots: list[list[TablePoller]] = [[] for _ in range(count)]
         self.tables = 0
-        self._turn = 0
-        self._placing = itertools.cycle(range(len(self.slots)))  # round robin: even slots
+        self._fill = [0] * count  # the slots' sizes, searched at C speed by list.index
+        self._low = 0  # no slot holds fewer tables than this
+        self._origin = now
+        self._turn = 1  # the next turn to come
 
-    def add(self, poller: TablePoller) -> None:
-        poller.slot = next(self._placing)
-        self.slots[poller.slot].append(poller)
+    def add(self, poller: TablePoller) -> float:
+        """Place ``poller``; returns when its first turn comes."""
+        start = self._turn % len(self.slots)
+        slot = poller.slot = self._least_filled(start)
+        self.slots[slot].append(poller)
+        self._fill[slot] += 1
         self.tables += 1
+        return self._at(self._turn + (slot - start) % len(self.slots))
 
     def remove(self, poller: TablePoller) -> None:
         self.slots[poller.slot].remove(poller)
+        self._fill[poller.slot] -= 1
+        self._low = min(self._low, self._fill[poller.slot])
         self.tables -= 1
 
     def due(self, now: float) -> list[TablePoller]:
         """The tables of every turn due by ``now`` (a copy: the loop may add or remove)."""
-        if now - self.next_at > self.interval:  # far behind (a suspended process): one round
-            self.next_at = now - self.interval + self.tick
+        count = len(self.slots)
+        if now - self._at(self._turn) >= self.interval:  # far behind (a suspended process)
+            self._turn = max(self._turn, int((now - self._origin) / self.tick) - count + 1)
         due: list[TablePoller] = []
-        while self.next_at <= now:
-            due.extend(self.slots[self._turn])
-            self._turn = (self._turn + 1) % len(self.slots)
-            self.next_at += self.tick
+        while self._at(self._turn) <= now:
+            due.extend(self.slots[self._turn % count])
+            self._turn += 1
         return due
+
+    def next_at(self) -> float:
+        """When the next turn that polls a table comes (turns of empty slots are skipped)."""
+        count = len(self.slots)
+        for turn in range(self._turn, self._turn + count):
+            if self._fill[turn % count]:
+                return self._at(turn)
+        return float("inf")
+
+    def _at(self, turn: int) -> float:
+        return self._origin + turn * self.tick
+
+    def _least_filled(self, start: int) -> int:
+        """The first slot from ``start`` on (then from 0) that holds the fewest tables."""
+        while True:
+            for low, high in ((start, len(self._fill)), (0, start)):
+                try:
+                    return self._fill.index(self._low, low, high)
+                except ValueError:
+                    pass
+            self._low += 1  # every slot holds more: the next level
 
 
 class PollWorker:
     """One thread polling its tables; what changed reaches the loop through ``deliver``."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop,
-                 deliver: Callable[[list[tuple[TablePoller, Any]]], None], name: str):
+                 deliver: Callable[[list[tuple[TablePoller, Any]]], None], name: str,
+                 clock: Clock | None = None):
         self._loop = weakref.ref(loop)  # the registry lives as long as its loop, not longer
         self._deliver = deliver
-        self._thread_name = name
+        self._clock = clock or Clock()
+        self._thread = self._clock.thread(name)
+        self._running = False
         self._wheels: dict[float, Wheel] = {}
         self._lock = threading.Lock()  # guards the wheels (the loop adds, the thread turns)
-        self._wake = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._wakes_at = float("inf")  # when the thread's sleep ends, unless woken sooner
         self.tables = 0
 
     def add(self, poller: TablePoller) -> None:
@@ -95,14 +160,14 @@ class PollWorker:
         with self._lock:
             wheel = self._wheels.get(interval)
             if wheel is None:
-                wheel = self._wheels[interval] = Wheel(interval, time.monotonic())
-            wheel.add(poller)
+                wheel = self._wheels[interval] = Wheel(interval, self._clock.now())
+            first_turn = wheel.add(poller)
             self.tables += 1
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name=self._thread_name,
-                                                daemon=True)
-                self._thread.start()
-        self._wake.set()  # the new wheel may turn before the thread's next wake-up
+            if not self._running:
+                self._running = True
+                self._thread.start(self._run)
+            elif first_turn < self._wakes_at:  # due before the thread's next wake-up
+                self._thread.wake()
 
     def remove(self, poller: TablePoller) -> None:
         with self._lock:
@@ -115,29 +180,30 @@ class PollWorker:
     def _run(self) -> None:
         idle_since = None
         while True:
-            now = time.monotonic()
+            now = self._clock.now()
             with self._lock:
                 due = [p for wheel in self._wheels.values() for p in wheel.due(now)]
-                next_at = min((w.next_at for w in self._wheels.values()), default=None)
-                if next_at is None:
-                    idle_since = idle_since or now
-                    if now - idle_since >= IDLE_EXIT_SECONDS:
-                        self._thread = None
-                        return
-                else:
+                self._wakes_at = min((w.next_at() for w in self._wheels.values()),
+                                     default=float("inf"))
+                if self._wheels:
                     idle_since = None
+                else:
+                    idle_since = now if idle_since is None else idle_since
+                    if now - idle_since >= IDLE_EXIT_SECONDS:
+                        self._running = False
+                        return
+                    self._wakes_at = idle_since + IDLE_EXIT_SECONDS
+                wakes_at = self._wakes_at
             if due and not self._poll(due):
                 return
-            wait = IDLE_EXIT_SECONDS if next_at is None else next_at - time.monotonic()
-            if wait > 0 and self._wake.wait(wait):
-                self._wake.clear()
+            self._thread.sleep(wakes_at)
 
     def _poll(self, due: list[TablePoller]) -> bool:
         """Poll ``due`` (skipping tables in backoff); False once the loop is gone."""
         news: list[tuple[TablePoller, Any]] = []
-        flushed_at = time.monotonic()
+        flushed_at = self._clock.now()
         for poller in due:
-            now = time.monotonic()
+            now = self._clock.now()
             if poller.retry_at <= now:
                 found = _poll_one(poller, now)
                 if found is not None:
@@ -156,7 +222,7 @@ class PollWorker:
             loop.call_soon_threadsafe(self._deliver, news)
         except RuntimeError:  # the loop is closed: nobody is left to tell
             with self._lock:
-                self._thread = None
+                self._running = False
             return False
         return True
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
@@ -22,7 +21,7 @@ from dataclasses import dataclass, replace
 
 from airflow_provider_delta.core.probe import VersionProbe
 from airflow_provider_delta.errors import DeltaProviderError
-from airflow_provider_delta.triggers.poll_worker import PollWorker
+from airflow_provider_delta.triggers.poll_worker import Clock, PollWorker
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +70,7 @@ class TablePoller:
         self.retry_at = 0.0  # monotonic time before which a backoff skips the polls
         self.slot = 0  # its place on its worker's wheel
         self.closed = False
-        self._heard_at = time.monotonic()  # when the worker last handed over a poll
+        self._heard_at: float | None = None  # when the worker last handed over a poll
         self._published = asyncio.Event()
 
     def poll(self, now: float) -> Poll | None:
@@ -81,6 +80,8 @@ class TablePoller:
         news = self.polled is None or found.error is not None or found != self.polled
         self.polled = found
         self.retry_at = _retry_at(self.key, found, now)
+        if self._heard_at is None:  # the first poll: the heartbeat's clock starts
+            self._heard_at = now
         if news or now - self._heard_at >= HEARTBEAT_SECONDS:
             self._heard_at = now
             return found
@@ -132,10 +133,10 @@ def backoff_seconds(interval: float, max_backoff: float, failures: int) -> float
 class PollerRegistry:
     """The pollers of one event loop and the worker threads that poll them."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop):
+    def __init__(self, loop: asyncio.AbstractEventLoop, clock: Clock | None = None):
         self.pollers: dict[PollKey, TablePoller] = {}
-        self._local = PollWorker(loop, _deliver, "delta-poll-local")
-        self._remote = [PollWorker(loop, _deliver, f"delta-poll-remote-{i}")
+        self._local = PollWorker(loop, _deliver, "delta-poll-local", clock)
+        self._remote = [PollWorker(loop, _deliver, f"delta-poll-remote-{i}", clock)
                         for i in range(REMOTE_WORKERS)]
 
     async def subscribe(self, key: PollKey, open_probe: Callable[[], Awaitable[VersionProbe]]

@@ -11,6 +11,7 @@ import time
 
 import pytest
 from airflow.sdk import Asset
+from hand_clock import hand_clocked_registry, subscribed, turns
 from airflow.sdk.execution_time.context import AssetStateStoreAccessors
 
 from airflow_provider_delta.core import probe as probe_module
@@ -56,17 +57,19 @@ def test_triggers_on_one_table_share_one_listing_per_interval(growing_table, lis
                                     fire_once=True) for _ in range(20)]
 
     async def scenario():
-        waiting = [asyncio.ensure_future(anext(trigger.run())) for trigger in triggers]
-        await asyncio.sleep(0.5)  # every trigger made its own first check
-        before = listings[table.uri]
-        await asyncio.sleep(1.0)
-        shared_polls = listings[table.uri] - before
-        await asyncio.to_thread(table.append)
-        events = await asyncio.wait_for(asyncio.gather(*waiting), timeout=60)
+        with hand_clocked_registry() as (clock, registry):
+            waiting = [asyncio.ensure_future(anext(trigger.run())) for trigger in triggers]
+            await subscribed(registry, tables=1, subscribers=len(triggers))
+            before = listings[table.uri]
+            await turns(clock, 1.0)
+            shared_polls = listings[table.uri] - before
+            await asyncio.to_thread(table.append)
+            await turns(clock, POLL)
+            events = await asyncio.wait_for(asyncio.gather(*waiting), timeout=60)
         return shared_polls, [event.payload for event in events]
 
     shared_polls, payloads = asyncio.run(scenario())
-    assert 5 <= shared_polls <= 12  # about 1 s / POLL, not 20 triggers x 10
+    assert shared_polls == 10  # one a poll interval (1 s / POLL), not 20 triggers x 10
     assert {(p["status"], p["start_version"], p["end_version"]) for p in payloads} == {
         ("success", 1, 1)}
 
@@ -180,16 +183,19 @@ def test_idle_tables_cost_the_loop_no_call_and_no_thread_each(growing_table, mon
                                     fire_once=True) for t in tables]
 
     async def scenario():
-        waiting = [asyncio.ensure_future(anext(trigger.run())) for trigger in triggers]
-        await asyncio.sleep(1.0)  # first checks, then about ten idle polls of each table
-        idle_calls = len(handed)
-        threads = [t.name for t in threading.enumerate() if t.name.startswith("delta-poll")]
-        await asyncio.to_thread(lambda: [table.append() for table in tables])
-        events = await asyncio.wait_for(asyncio.gather(*waiting), timeout=60)
+        with hand_clocked_registry() as (clock, registry):
+            waiting = [asyncio.ensure_future(anext(trigger.run())) for trigger in triggers]
+            await subscribed(registry, tables=len(tables), subscribers=len(tables))
+            await turns(clock, 1.0)  # ten idle polls of each table
+            idle_calls = len(handed)
+            threads = [thread.name for thread in clock.threads if thread.running]
+            await asyncio.to_thread(lambda: [table.append() for table in tables])
+            await turns(clock, POLL)  # each table's next poll: the two slots' turns
+            events = await asyncio.wait_for(asyncio.gather(*waiting), timeout=60)
         return idle_calls, threads, [event.payload for event in events]
 
     idle_calls, threads, payloads = asyncio.run(scenario())
     assert idle_calls == 0
     assert threads == ["delta-poll-local"]  # one thread polls every local table
     assert {(p["start_version"], p["end_version"]) for p in payloads} == {(1, 1)}
-    assert sum(handed) >= len(tables) > len(handed)  # batches, not a call per table
+    assert handed == [20, 20]  # a call a turn, each with the news of its slot's tables
