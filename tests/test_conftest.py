@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
-from conftest import REPO_ROOT
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_a_pytest_process_removes_its_airflow_home_at_exit(tmp_path):
