@@ -15,10 +15,12 @@ Two measurements, each side by side in one run on one local SparkSession:
    previous hand-off of the same plan (its paths as one string, then Spark's own existence
    check and listing of each path) and run beside planning alone; then, once,
    ``spark.read.parquet(*paths)`` of the same paths from a Python list (one Py4J call per
-   path). Goal: <= 1 s. With ``--no-big-baselines``, each stage after planning is also timed
-   alone (the existence check, the hidden-name test, the paths as Spark spells them, the file
-   index); ``--big-table DIR`` keeps the table in ``DIR`` (built there if missing) for the
-   next run.
+   path). Goal: <= 1 s. With ``--no-big-baselines`` (for a million files), warm runs alternate
+   instead with the ``_spark_metadata`` log hand-off (what a JVM that cannot compile
+   ``PlanFileIndex`` gets, and the hand-off before it), and each stage after planning is also
+   timed alone (the existence check, the hidden-name test, the paths as Spark spells them, the
+   file index both ways); ``--big-table DIR`` keeps the table in ``DIR`` (built there if
+   missing) for the next run.
 
 Usage: ``python benchmarks/bench_spark_reader.py [--commits 100] [--files-per-commit 10]
 [--rows-per-file 5000] [--range-commits 10] [--big-files 100000] [--repeat 3]
@@ -43,8 +45,9 @@ from pyspark.sql import DataFrame, SparkSession
 
 from airflow_provider_delta.core import plan_changes
 from airflow_provider_delta.spark import read_changes, read_snapshot
+from airflow_provider_delta.spark import file_index
 from airflow_provider_delta.spark.handoff import java_strings
-from airflow_provider_delta.spark.file_index import hidden_files, scan_files
+from airflow_provider_delta.spark.file_index import hidden_files, log_scans, scan_files
 from airflow_provider_delta.spark.paths import spark_file_paths, spark_read_paths
 from airflow_provider_delta.spark.reader import check_files_exist
 
@@ -196,12 +199,14 @@ def _time_big_plan(spark: SparkSession, path: str, repeat: int, baselines: bool 
     started = time.perf_counter()
     ours()
     first = time.perf_counter() - started
-    if not baselines:  # the previous hand-offs take minutes at a million files
-        ready, planned = timed_pair(ours, planning, repeat)
+    if not baselines:  # the hand-offs before the file index take minutes at a million files
+        ready, logged = timed_pair(ours, lambda: _with_log_hand_off(spark, ours), repeat)
+        _, planned = timed_pair(ours, planning, repeat)
         print(f"3. read_changes over {len(paths)} files up to the DataFrame: {ready:.3f}s "
               f"(planning {planned:.3f}s of it; the session's first call: {first:.3f}s); "
-              f"load average {os.getloadavg()[0]:.2f}")
-        print_stages(spark, plan, repeat)
+              f"with the _spark_metadata log hand-off: {logged:.3f}s, ratio "
+              f"{ready / logged:.3f}x; load average {os.getloadavg()[0]:.2f}")
+        print_stages(spark, plan, path, repeat)
         return
     ready, before = timed_pair(ours, previous, repeat)
     _, planned = timed_pair(ours, planning, repeat)
@@ -216,19 +221,33 @@ def _time_big_plan(spark: SparkSession, path: str, repeat: int, baselines: bool 
           f"{ready / listed:.3f}x; load average {os.getloadavg()[0]:.2f}")
 
 
-def print_stages(spark: SparkSession, plan, repeat: int) -> None:
+def _with_log_hand_off(spark: SparkSession, action: Callable[[], object]) -> None:
+    """``action`` with the plan handed to Spark as ``_spark_metadata`` logs, as where
+    ``PlanFileIndex`` does not compile."""
+    gateway = spark.sparkContext._gateway
+    compiled = file_index._INDEX_CLASSES.get(gateway)
+    file_index._INDEX_CLASSES[gateway] = None
+    try:
+        action()
+    finally:
+        file_index._INDEX_CLASSES[gateway] = compiled
+
+
+def print_stages(spark: SparkSession, plan, path: str, repeat: int) -> None:
     """Each stage of ``read_changes`` after planning, alone (median of ``repeat``): in the
     whole, the existence check runs on a thread beside the file index."""
     paths = plan.file_table.column("path").combine_chunks()
     spark_paths = spark_file_paths(paths)
     sizes = plan.file_table.column("size").combine_chunks()
     reader = spark.read.schema("id long")
+    schema = spark.createDataFrame([], "id long").schema
     stages = {
         "existence check": lambda: check_files_exist(plan, None),
         "hidden names": lambda: hidden_files(paths),
         "paths as Spark spells them": lambda: spark_file_paths(paths),
-        f"file index ({len(scan_files(reader, spark_paths, sizes))} scans side by side)":
-            lambda: scan_files(reader, spark_paths, sizes),
+        "file index (PlanFileIndex)": lambda: scan_files(spark, schema, spark_paths, sizes, path),
+        f"file index as _spark_metadata logs ({len(log_scans(reader, spark_paths, sizes))} "
+        "scans side by side)": lambda: log_scans(reader, spark_paths, sizes),
     }
     for name, stage in stages.items():
         times = []

@@ -3,25 +3,32 @@
 Given explicit paths, Spark's ``InMemoryFileIndex`` checks that each exists and lists it (a
 ``stat`` per file, or a listing job above
 ``spark.sql.sources.parallelPartitionDiscovery.threshold``): about 15 s for 100,000 local files.
-A folder holding a ``_spark_metadata`` log, as Spark's streaming file sink writes it, is read
-through ``MetadataLogFileIndex`` instead, which takes each file's path and size from the log and
-touches no data file (Delta's own reader likewise trusts the log's ``size``). So the plan's files
-become such a log, built column-wise with Arrow in a temporary folder on the driver: batch file
-``0``, the line ``v1``, then one JSON object per file (``path`` as a URI spelled the way Spark
-spells it, ``size``, ``isDir``, ``modificationTime``, ``blockReplication``, ``blockSize``,
-``action``). The index reads the log once, when the DataFrame is created, so the folder goes at
-once. Reading the log costs Spark about 5 microseconds a file on one thread, so a plan of many
-files becomes a few such scans, built side by side.
+Delta's own reader instead trusts the log's paths and sizes and touches no data file; so does
+this module, two ways:
 
-``recursiveFileLookup`` turns partition discovery off (partition values come from the Delta log:
-folder names such as ``p=1`` must not add columns) and makes the index serve every file of the
-log, not only those inside the log's own folder. Spark skips files named ``_*`` or ``.*``
-(:func:`hidden_files`) and files of size 0 here, as it does for explicit paths.
+* ``PlanFileIndex`` (``PlanFileIndex.java``, compiled once per JVM by Janino, which Spark ships
+  for its own code generation): the paths as Spark spells them, one a line, and the sizes as
+  int64s go to the driver's JVM as two files, which it turns into Hadoop file statuses on every
+  core (about 1 microsecond a file). The scan is a ``HadoopFsRelation`` over that index with the
+  Parquet format, as ``spark.read.parquet`` builds it, so ``_metadata`` columns are there.
+* Where Janino cannot compile it, a ``_spark_metadata`` log, as Spark's streaming file sink
+  writes it, read through ``MetadataLogFileIndex``: batch file ``0``, the line ``v1``, then one
+  JSON object per file (``path``, ``size``, ``isDir``, ``modificationTime``,
+  ``blockReplication``, ``blockSize``, ``action``), built column-wise with Arrow in a temporary
+  folder. Spark parses it with json4s at about 9 microseconds a file, so a plan of many files
+  becomes a few such scans, built side by side. ``recursiveFileLookup`` turns partition
+  discovery off (partition values come from the Delta log: folder names such as ``p=1`` must not
+  add columns) and makes the index serve every file of the log, not only those inside the log's
+  own folder.
+
+Spark skips files named ``_*`` or ``.*`` (:func:`hidden_files`) and files of size 0, as it does
+for explicit paths; both routes do the same.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
@@ -29,9 +36,14 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import DataFrame, DataFrameReader
+from py4j.protocol import Py4JError
+from pyspark.sql import DataFrame, DataFrameReader, SparkSession
+from pyspark.sql.types import StructType
 
+from airflow_provider_delta.core.arrow import to_numpy
 from airflow_provider_delta.storage import split_folders
+
+log = logging.getLogger(__name__)
 
 _LOG_FOLDER = "_spark_metadata"
 _ENTRY_END = (',"isDir":false,"modificationTime":0,"blockReplication":1,'
@@ -40,11 +52,70 @@ PART_FILES = 10_000  # below this, a second scan costs more than its share of th
 _MAX_PARTS = 4
 
 
-def scan_files(reader: DataFrameReader, spark_paths: pa.Array, sizes: pa.Array
-               ) -> list[DataFrame]:
-    """``reader``'s Parquet scans of the files ``spark_paths`` (as Spark spells them,
-    :func:`~airflow_provider_delta.spark.paths.spark_file_paths`) of ``sizes`` bytes: one, or a
-    few for many files. Select ``_metadata`` columns of each before a union (a union has none)."""
+_INDEX_CLASSES: dict[object, object | None] = {}  # PlanFileIndex's class by Py4J gateway
+
+
+def scan_files(spark: SparkSession, schema: StructType, spark_paths: pa.Array, sizes: pa.Array,
+               root: str) -> list[DataFrame]:
+    """Parquet scans in ``schema`` of the files ``spark_paths`` (as Spark spells them,
+    :func:`~airflow_provider_delta.spark.paths.spark_file_paths`) of ``sizes`` bytes, of a table
+    at ``root``, on a classic session: one through ``PlanFileIndex``, else (:func:`log_scans`)
+    one or a few. Select ``_metadata`` columns of each before a union (a union has none)."""
+    index_class = _index_class(spark)
+    if index_class is None:
+        return log_scans(spark.read.schema(schema), spark_paths, sizes)
+    return [index_scan(spark, index_class, schema, spark_paths, sizes, root)]
+
+
+def index_scan(spark: SparkSession, index_class: object, schema: StructType,
+               spark_paths: pa.Array, sizes: pa.Array, root: str) -> DataFrame:
+    """One Parquet scan over ``PlanFileIndex`` (``index_class``, see :func:`scan_files`)."""
+    jvm, session = spark._jvm, spark._jsparkSession
+    sized = pc.greater(sizes, 0)
+    with tempfile.TemporaryDirectory(prefix="delta-provider-files-") as folder:
+        paths_file, sizes_file = os.path.join(folder, "paths"), os.path.join(folder, "sizes")
+        with open(paths_file, "wb") as handle:
+            handle.write(_joined_lines(spark_paths.filter(sized)))
+        to_numpy(sizes.filter(sized)).astype("<i8").tofile(sizes_file)
+        arguments = spark.sparkContext._gateway.new_array(jvm.java.lang.Object, 3)
+        for position, argument in enumerate((root, paths_file, sizes_file)):
+            arguments[position] = argument
+        index = index_class.getConstructors()[0].newInstance(arguments)
+    datasources = jvm.org.apache.spark.sql.execution.datasources
+    relation = datasources.HadoopFsRelation(
+        index, jvm.org.apache.spark.sql.types.StructType(), session.parseDataType(schema.json()),
+        jvm.scala.Option.empty(), datasources.parquet.ParquetFileFormat(),
+        jvm.PythonUtils.toScalaMap({}), session)
+    return DataFrame(session.baseRelationToDataFrame(relation), spark)
+
+
+def _index_class(spark: SparkSession) -> object | None:
+    gateway = spark.sparkContext._gateway
+    if gateway not in _INDEX_CLASSES:
+        _INDEX_CLASSES[gateway] = compiled_index_class(spark)
+    return _INDEX_CLASSES[gateway]
+
+
+def compiled_index_class(spark: SparkSession) -> object | None:
+    """``PlanFileIndex`` compiled in the driver's JVM, or None (logged) where it does not
+    compile, e.g. a Spark whose ``FileIndex`` differs."""
+    jvm = spark._jvm
+    source = (Path(__file__).parent / "PlanFileIndex.java").read_text(encoding="utf-8")
+    try:
+        compiler = jvm.org.codehaus.janino.SimpleCompiler()
+        compiler.setParentClassLoader(jvm.org.apache.spark.util.Utils.getContextOrSparkClassLoader())
+        compiler.cook(source)
+        return compiler.getClassLoader().loadClass("PlanFileIndex")
+    except Py4JError as error:
+        log.warning("PlanFileIndex does not compile in this JVM (%s); plans reach Spark as "
+                    "_spark_metadata logs, slower for many files", error)
+        return None
+
+
+def log_scans(reader: DataFrameReader, spark_paths: pa.Array, sizes: pa.Array
+              ) -> list[DataFrame]:
+    """``reader``'s Parquet scans of the files through ``_spark_metadata`` logs (see the
+    module's docstring): one, or a few for many files."""
     reader = reader.option("recursiveFileLookup", "true")
     parts = max(1, min(len(spark_paths) // PART_FILES, _MAX_PARTS, os.cpu_count() or 1))
     bounds = [len(spark_paths) * part // parts for part in range(parts + 1)]
@@ -75,10 +146,13 @@ def _scan(reader: DataFrameReader, spark_paths: pa.Array, sizes: pa.Array) -> Da
 
 
 def _log_entries(spark_paths: pa.Array, sizes: pa.Array) -> pa.Buffer:
-    entries = pc.binary_join_element_wise(
+    return _joined_lines(pc.binary_join_element_wise(
         '{"path":"', _json_string_content(spark_paths), '","size":', pc.cast(sizes, pa.string()),
-        _ENTRY_END, "")
-    joined = pc.binary_join(pa.ListArray.from_arrays([0, len(entries)], entries), "\n")
+        _ENTRY_END, ""))
+
+
+def _joined_lines(lines: pa.Array) -> pa.Buffer:
+    joined = pc.binary_join(pa.ListArray.from_arrays([0, len(lines)], lines), "\n")
     return joined[0].as_buffer()
 
 

@@ -159,8 +159,8 @@ def _read_checked_plan(
         plan.end_version, len(rounds),
     )
     row_join = "left_anti" if only_rows is None else "left_semi"
-    return _union([_read_round(spark, metadata, file_table, positions, deletions, row_join,
-                               row_index) for positions in rounds])
+    return _union([_read_round(spark, plan.table_uri, metadata, file_table, positions, deletions,
+                               row_join, row_index) for positions in rounds])
 
 
 @contextmanager
@@ -249,6 +249,7 @@ def _occurrence_rounds(paths: pa.ChunkedArray) -> list[np.ndarray]:
 
 def _read_round(
     spark: SparkSession,
+    table_uri: str,
     metadata: TableMetadata,
     file_table: pa.Table,
     positions: np.ndarray,
@@ -260,13 +261,13 @@ def _read_round(
     round_deletions = {int(i): deletions[int(i)] for i in positions if int(i) in deletions}
     files = file_table.take(pa.array(positions))
     paths = files.column("path").combine_chunks()
-    reader = spark.read.schema(physical_read_schema(metadata))
+    schema = physical_read_schema(metadata)
     if getattr(spark, "_jvm", None) is not None:  # a classic session: the driver is here
-        scans = scan_files(reader, spark_file_paths(paths),
-                           files.column("size").combine_chunks())
+        scans = scan_files(spark, schema, spark_file_paths(paths),
+                           files.column("size").combine_chunks(), table_uri)
     else:  # Spark Connect sends the paths in one message
         with _serial_listing(spark, len(paths) > _DISCOVERY_THRESHOLD and _all_local(paths)):
-            scans = [reader.parquet(*spark_read_paths(paths).to_pylist())]
+            scans = [spark.read.schema(schema).parquet(*spark_read_paths(paths).to_pylist())]
     data_sql = to_logical_sql(metadata)
     if (not (metadata.partition_columns or round_deletions or row_index)
             and data_sql is not None):

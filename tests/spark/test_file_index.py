@@ -1,5 +1,7 @@
 """A plan's files reach Spark as a file index (spark/file_index.py): every file read once, with
-its own partition values and deletion vector, whatever its folder or name spelling."""
+its own partition values and deletion vector, whatever its folder or name spelling. Each test
+runs both routes: ``PlanFileIndex`` compiled in the JVM, and the ``_spark_metadata`` log a JVM
+that cannot compile it gets."""
 
 from __future__ import annotations
 
@@ -64,13 +66,25 @@ def _table(table: Path) -> list[dict]:
     return adds
 
 
+@pytest.fixture(params=["index", "log"])
+def route(request, spark, monkeypatch) -> str:
+    if request.param == "log":  # as where Janino cannot compile PlanFileIndex
+        monkeypatch.setitem(file_index._INDEX_CLASSES, spark.sparkContext._gateway, None)
+    return request.param
+
+
+def _relations(df) -> list[str]:
+    plan = df._jdf.queryExecution().optimizedPlan().toString()
+    return re.findall(r"Relation \[[^]]*\] (\S+)", plan)
+
+
 def _rows(numbers: range, deleted: dict[int, list[int]] | None = None) -> Counter:
     """(id, part) of the files ``numbers``, without the row positions ``deleted`` by file."""
     return Counter((n * 100 + row, PARTS[n % len(PARTS)]) for n in numbers
                    for row in range(ROWS) if row not in (deleted or {}).get(n, []))
 
 
-def test_every_file_once_with_its_partition_and_vector(spark, tmp_path):
+def test_every_file_once_with_its_partition_and_vector(spark, tmp_path, route):
     _table(tmp_path / "t")
     path = str(tmp_path / "t")
     assert spark_rows(read_snapshot(spark, path, version=1)) == _rows(range(FILES))
@@ -80,7 +94,7 @@ def test_every_file_once_with_its_partition_and_vector(spark, tmp_path):
         _rows(range(FILES)) + _rows(range(1), {0: DELETED}))
 
 
-def test_a_file_without_size_in_the_log_is_read(spark, tmp_path):
+def test_a_file_without_size_in_the_log_is_read(spark, tmp_path, route):
     table = tmp_path / "t"
     _table(table)
     add = _add(table, FILES, "plain")
@@ -91,7 +105,7 @@ def test_a_file_without_size_in_the_log_is_read(spark, tmp_path):
 
 
 @pytest.mark.parametrize("name", ["_hidden.parquet", ".hidden.parquet"])
-def test_a_file_spark_would_skip_by_its_name_is_refused(spark, tmp_path, name):
+def test_a_file_spark_would_skip_by_its_name_is_refused(spark, tmp_path, name, route):
     table = tmp_path / "t"
     _table(table)
     write_commit(table, 3, [{"add": _add(table, FILES, "plain", name)}])
@@ -100,15 +114,38 @@ def test_a_file_spark_would_skip_by_its_name_is_refused(spark, tmp_path, name):
     assert error.value.version == 3 and name in str(error.value)
 
 
-def test_a_plan_split_into_scans_reads_every_file_once(spark, tmp_path, monkeypatch):
-    """Past PART_FILES files a plan becomes several scans built side by side and unioned."""
+def test_the_plan_is_one_scan_over_the_compiled_index(spark, tmp_path):
+    """No JSON for Spark to parse: the files reach one scan as PlanFileIndex's statuses."""
+    _table(tmp_path / "t")
+    snapshot = read_snapshot(spark, str(tmp_path / "t"))
+    assert _relations(snapshot) == ["parquet"]
+    scan = spark._jvm.PythonSQLUtils.explainString(snapshot._jdf.queryExecution(), "formatted")
+    assert "Location: PlanFileIndex [" in scan
+    assert spark_rows(snapshot) == _rows(range(FILES), {0: DELETED})
+
+
+def test_an_empty_file_is_skipped(spark, tmp_path, route):
+    """As Spark skips an empty file among explicit paths (a zero-byte file is no Parquet)."""
+    table = tmp_path / "t"
+    _table(table)
+    (table / "empty.parquet").write_bytes(b"")
+    write_commit(table, 3, [{"add": {"path": "empty.parquet", "partitionValues": {"part": "x"},
+                                     "size": 0, "modificationTime": 0, "dataChange": True}},
+                            {"add": _add(table, FILES, "plain")}])
+    assert spark_rows(read_changes(spark, str(table), 3, 3)) == Counter(
+        (FILES * 100 + row, "plain") for row in range(ROWS))
+
+
+def test_a_plan_split_into_log_scans_reads_every_file_once(spark, tmp_path, monkeypatch):
+    """Past PART_FILES files a plan handed over as logs becomes several scans built side by
+    side and unioned."""
+    monkeypatch.setitem(file_index._INDEX_CLASSES, spark.sparkContext._gateway, None)
     monkeypatch.setattr(file_index, "PART_FILES", 7)
     monkeypatch.setattr(file_index.os, "cpu_count", lambda: 4)
     _table(tmp_path / "t")
     path = str(tmp_path / "t")
     snapshot = read_snapshot(spark, path)
-    plan = snapshot._jdf.queryExecution().optimizedPlan().toString()
-    assert len(re.findall(r"Relation \[[^]]*\] parquet", plan)) == 4
+    assert _relations(snapshot) == ["parquet"] * 4
     assert spark_rows(snapshot) == _rows(range(FILES), {0: DELETED})
     assert spark_rows(read_changes(spark, path, 1, 2, ignore_changes=True)) == (
         _rows(range(FILES)) + _rows(range(1), {0: DELETED}))

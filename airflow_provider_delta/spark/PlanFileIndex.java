@@ -1,0 +1,91 @@
+// A plan's files as Spark's file index, compiled by Janino on the driver (file_index.py).
+// Janino's Java: no lambdas, no generics (raw Scala collections).
+
+import java.net.URI;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Paths;
+import java.util.Arrays;
+import java.util.Collections;
+import java.util.function.IntFunction;
+
+import org.apache.hadoop.fs.FileStatus;
+import org.apache.hadoop.fs.Path;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.execution.datasources.FileIndex;
+import org.apache.spark.sql.execution.datasources.PartitionDirectory;
+import org.apache.spark.sql.types.StructType;
+
+public class PlanFileIndex implements FileIndex {
+    private static final long BLOCK_SIZE = 32L << 20;
+
+    private final scala.collection.immutable.Seq roots;
+    private final FileStatus[] files;
+    private long bytes;
+
+    /** The files named in pathsFile (URIs as Spark spells them, one a line, UTF-8), of the
+     *  sizes in sizesFile (little-endian int64s), read below root. */
+    public PlanFileIndex(String root, String pathsFile, String sizesFile) throws Exception {
+        roots = asSeq(new Path(root));
+        String lines = new String(Files.readAllBytes(Paths.get(pathsFile)), StandardCharsets.UTF_8);
+        final String[] paths = lines.isEmpty() ? new String[0] : lines.split("\n");
+        final long[] sizes = new long[paths.length];
+        ByteBuffer.wrap(Files.readAllBytes(Paths.get(sizesFile))).order(ByteOrder.LITTLE_ENDIAN)
+            .asLongBuffer().get(sizes);
+        files = new FileStatus[paths.length];
+        // a URI parse and a Path per file, on every core
+        Arrays.parallelSetAll(files, new IntFunction() {
+            public Object apply(int i) {
+                try {
+                    return new FileStatus(sizes[i], false, 1, BLOCK_SIZE, 0L,
+                                          new Path(new URI(paths[i])));
+                } catch (java.net.URISyntaxException e) {
+                    throw new IllegalArgumentException(e);
+                }
+            }
+        });
+        for (int i = 0; i < sizes.length; i++) {
+            bytes += sizes[i];
+        }
+    }
+
+    private static scala.collection.immutable.Seq asSeq(Object element) {
+        return scala.jdk.javaapi.CollectionConverters.asScala(
+            Collections.singletonList(element)).toList();
+    }
+
+    public scala.collection.immutable.Seq rootPaths() {
+        return roots;
+    }
+
+    public scala.collection.immutable.Seq listFiles(scala.collection.immutable.Seq partitionFilters,
+                                                    scala.collection.immutable.Seq dataFilters) {
+        return asSeq(PartitionDirectory.apply(InternalRow.empty(), files));
+    }
+
+    public String[] inputFiles() {
+        String[] names = new String[files.length];
+        for (int i = 0; i < files.length; i++) {
+            names[i] = files[i].getPath().toString();
+        }
+        return names;
+    }
+
+    public void refresh() {
+        // a plan's files are fixed
+    }
+
+    public long sizeInBytes() {
+        return bytes;
+    }
+
+    public StructType partitionSchema() {
+        return new StructType();
+    }
+
+    public String toString() {
+        return "PlanFileIndex(" + files.length + " files)";
+    }
+}
