@@ -26,20 +26,25 @@ public class PlanFileIndex implements FileIndex {
     private long bytes;
 
     /** The files named in pathsFile (URIs as Spark spells them, one a line, UTF-8), of the
-     *  sizes in sizesFile (little-endian int64s), read below root. */
-    public PlanFileIndex(String root, String pathsFile, String sizesFile) throws Exception {
+     *  sizes in sizesFile, read below root; each file's modification time is its position in
+     *  positionsFile (milliseconds: rows name their file by it). Both little-endian int64s. */
+    public PlanFileIndex(String root, String pathsFile, String sizesFile, String positionsFile)
+            throws Exception {
         roots = asSeq(new Path(root));
         String lines = new String(Files.readAllBytes(Paths.get(pathsFile)), StandardCharsets.UTF_8);
         final String[] paths = lines.isEmpty() ? new String[0] : lines.split("\n");
         final long[] sizes = new long[paths.length];
+        final long[] positions = new long[paths.length];
         ByteBuffer.wrap(Files.readAllBytes(Paths.get(sizesFile))).order(ByteOrder.LITTLE_ENDIAN)
             .asLongBuffer().get(sizes);
+        ByteBuffer.wrap(Files.readAllBytes(Paths.get(positionsFile)))
+            .order(ByteOrder.LITTLE_ENDIAN).asLongBuffer().get(positions);
         files = new FileStatus[paths.length];
         // a URI parse and a Path per file, on every core
         Arrays.parallelSetAll(files, new IntFunction() {
             public Object apply(int i) {
                 try {
-                    return new FileStatus(sizes[i], false, 1, BLOCK_SIZE, 0L,
+                    return new FileStatus(sizes[i], false, 1, BLOCK_SIZE, positions[i],
                                           new Path(new URI(paths[i])));
                 } catch (java.net.URISyntaxException e) {
                     throw new IllegalArgumentException(e);

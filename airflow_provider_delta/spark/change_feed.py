@@ -50,7 +50,7 @@ _CDF_FIELDS = (
 )
 _TAGS = FEED_COLUMNS  # per-file columns beside partitions
 _BALANCE = "__delta_provider_balance"
-_SIGN, _COUNT, _RANK = "__delta_provider_sign", "__delta_provider_count", "__delta_provider_rank"
+_SIGN, _RUNNING = "__delta_provider_sign", "__delta_provider_running"
 _KEY = "__delta_provider_comparable_"
 
 
@@ -233,7 +233,8 @@ def _net_changes(spark: SparkSession, rows: DataFrame) -> DataFrame:
     sign = f"CASE WHEN {quoted(CHANGE_TYPE)} = '{DELETE}' THEN 1 ELSE -1 END AS {_SIGN}"
     signed = select_sql(spark, rows.withColumns(comparable) if comparable else rows,
                         [*names, *comparable, sign])
-    keys = [name for name, field in zip(names, fields) if _groupable(field.dataType)]
+    keys = [name for name, field in zip(names, fields)  # a commit's time goes with its version
+            if _groupable(field.dataType) and field.name != COMMIT_TIMESTAMP]
     kept = _kept(spark, signed, [*names, *comparable], ", ".join([*keys, *comparable]))
     return select_sql(spark, kept, [
         *names, f"CASE WHEN {_BALANCE} > 0 THEN '{DELETE}' ELSE '{INSERT}' END AS "
@@ -244,15 +245,18 @@ def _kept(spark: SparkSession, signed: DataFrame, columns: list[str], keys: str)
     """The rows of each group (equal ``keys``) to report, with the group's balance (removed
     minus added).
 
-    Ordered by sign, a group's ``a`` added copies come first: with a negative balance its
-    first ``-balance`` rows (inserts) are kept, with a positive one its last ``balance``
-    (deletes)."""
-    group = f"OVER (PARTITION BY {keys} ORDER BY {_SIGN}"
-    whole = f"{group} ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)"
+    Ordered by sign, a group's ``a`` added copies come first, then its ``r`` removed ones; the
+    running sum of the signs falls to ``-a`` and climbs to the balance ``r - a``. With a
+    positive balance the last ``r - a`` removed rows are kept: those whose running sum is
+    above zero. With a negative one, the first ``a - r`` added rows: the k-th has the running
+    sum ``-k``, kept while at or above the balance. Two sums and no rank or count: each
+    function costs the window a pass over every group."""
+    group = f"OVER (PARTITION BY {keys} ORDER BY {_SIGN} ROWS BETWEEN UNBOUNDED PRECEDING AND"
     counted = select_sql(spark, signed, [
-        *columns, f"sum({_SIGN}) {whole} AS {_BALANCE}", f"count(1) {whole} AS {_COUNT}",
-        f"row_number() {group}) AS {_RANK}"])
-    return counted.where(f"{_RANK} <= -{_BALANCE} OR {_RANK} > {_COUNT} - {_BALANCE}")
+        *columns, f"sum({_SIGN}) {group} UNBOUNDED FOLLOWING) AS {_BALANCE}",
+        f"sum({_SIGN}) {group} CURRENT ROW) AS {_RUNNING}"])
+    return counted.where(f"CASE WHEN {_SIGN} > 0 THEN {_RUNNING} > 0 "
+                         f"ELSE {_RUNNING} >= {_BALANCE} END")
 
 
 def _groupable(data_type: DataType) -> bool:

@@ -22,7 +22,10 @@ this module, two ways:
   own folder.
 
 Spark skips files named ``_*`` or ``.*`` (:func:`hidden_files`) and files of size 0, as it does
-for explicit paths; both routes do the same.
+for explicit paths; both routes do the same. Both give each file its position among the files
+(in milliseconds) as its modification time, which Spark hands to each row as
+``_metadata.file_modification_time`` (:data:`FILE_POSITION_SQL`): a row's file is known without
+comparing its path.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from py4j.protocol import Py4JError
@@ -46,8 +50,9 @@ from airflow_provider_delta.storage import split_folders
 log = logging.getLogger(__name__)
 
 _LOG_FOLDER = "_spark_metadata"
-_ENTRY_END = (',"isDir":false,"modificationTime":0,"blockReplication":1,'
-              '"blockSize":33554432,"action":"add"}')
+_ENTRY_END = ',"blockReplication":1,"blockSize":33554432,"action":"add"}'
+# each row's file: its position among the files given to scan_files
+FILE_POSITION_SQL = "CAST(unix_millis(_metadata.file_modification_time) AS INT)"
 PART_FILES = 10_000  # below this, a second scan costs more than its share of the log saves
 _MAX_PARTS = 4
 
@@ -74,11 +79,13 @@ def index_scan(spark: SparkSession, index_class: object, schema: StructType,
     sized = pc.greater(sizes, 0)
     with tempfile.TemporaryDirectory(prefix="delta-provider-files-") as folder:
         paths_file, sizes_file = os.path.join(folder, "paths"), os.path.join(folder, "sizes")
+        positions_file = os.path.join(folder, "positions")
         with open(paths_file, "wb") as handle:
             handle.write(_joined_lines(spark_paths.filter(sized)))
         to_numpy(sizes.filter(sized)).astype("<i8").tofile(sizes_file)
-        arguments = spark.sparkContext._gateway.new_array(jvm.java.lang.Object, 3)
-        for position, argument in enumerate((root, paths_file, sizes_file)):
+        np.flatnonzero(to_numpy(sized)).astype("<i8").tofile(positions_file)
+        arguments = spark.sparkContext._gateway.new_array(jvm.java.lang.Object, 4)
+        for position, argument in enumerate((root, paths_file, sizes_file, positions_file)):
             arguments[position] = argument
         index = index_class.getConstructors()[0].newInstance(arguments)
     datasources = jvm.org.apache.spark.sql.execution.datasources
@@ -119,7 +126,7 @@ def log_scans(reader: DataFrameReader, spark_paths: pa.Array, sizes: pa.Array
     reader = reader.option("recursiveFileLookup", "true")
     parts = max(1, min(len(spark_paths) // PART_FILES, _MAX_PARTS, os.cpu_count() or 1))
     bounds = [len(spark_paths) * part // parts for part in range(parts + 1)]
-    slices = [(spark_paths[start:end], sizes[start:end])
+    slices = [(spark_paths[start:end], sizes[start:end], start)
               for start, end in zip(bounds, bounds[1:])]
     if parts == 1:
         return [_scan(reader, *slices[0])]
@@ -136,19 +143,21 @@ def hidden_files(paths: pa.Array) -> pa.Array:
     return pc.or_(pc.starts_with(names, "."), underscored)
 
 
-def _scan(reader: DataFrameReader, spark_paths: pa.Array, sizes: pa.Array) -> DataFrame:
+def _scan(reader: DataFrameReader, spark_paths: pa.Array, sizes: pa.Array, first: int
+          ) -> DataFrame:
     with tempfile.TemporaryDirectory(prefix="delta-provider-files-") as folder:
         os.mkdir(os.path.join(folder, _LOG_FOLDER))
         with open(os.path.join(folder, _LOG_FOLDER, "0"), "wb") as log:
             log.write(b"v1\n")
-            log.write(_log_entries(spark_paths, sizes))
+            log.write(_log_entries(spark_paths, sizes, first))
         return reader.parquet(Path(folder).as_uri())
 
 
-def _log_entries(spark_paths: pa.Array, sizes: pa.Array) -> pa.Buffer:
+def _log_entries(spark_paths: pa.Array, sizes: pa.Array, first: int) -> pa.Buffer:
+    positions = pa.array(np.arange(first, first + len(spark_paths), dtype=np.int64))
     return _joined_lines(pc.binary_join_element_wise(
         '{"path":"', _json_string_content(spark_paths), '","size":', pc.cast(sizes, pa.string()),
-        _ENTRY_END, ""))
+        ',"isDir":false,"modificationTime":', pc.cast(positions, pa.string()), _ENTRY_END, ""))
 
 
 def _joined_lines(lines: pa.Array) -> pa.Buffer:

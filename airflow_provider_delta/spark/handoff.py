@@ -46,25 +46,13 @@ def select_sql(spark: SparkSession, df: DataFrame, expressions: list[str]) -> Da
     return DataFrame(df._jdf.selectExpr(seq), df.sparkSession)
 
 
-def file_index_sql(spark_paths: pa.Array, message: str, sizes: pa.Array | None = None) -> str:
+def file_index_sql(spark_paths: pa.Array, message: str) -> str:
     """SQL for each row's file position (0-based) among ``spark_paths`` (as Spark spells them),
-    failing the query with ``message`` and the path for a file not among them.
-
-    ``sizes``, when given, are the files' sizes as the scan has them, null where files share
-    one: a row's file is then found by its ``_metadata.file_size`` (a number compared per row,
-    where a path is a string of a hundred bytes compared against each file's), the path only
-    for a size not among them.
-    """
+    failing the query with ``message`` and the path for a file not among them."""
     entries = ", ".join(f"{string_literal(path)}, {position}"
                         for position, path in enumerate(spark_paths.to_pylist()))
-    by_path = (f"coalesce(element_at(map({entries}), _metadata.file_path), raise_error(concat("
-               f"{string_literal(message)}, _metadata.file_path)))")
-    by_size = ", ".join(f"{size}L, {position}" for position, size
-                        in enumerate([] if sizes is None else sizes.to_pylist())
-                        if size is not None)
-    if not by_size:
-        return by_path
-    return f"coalesce(element_at(map({by_size}), _metadata.file_size), {by_path})"
+    return (f"coalesce(element_at(map({entries}), _metadata.file_path), raise_error(concat("
+            f"{string_literal(message)}, _metadata.file_path)))")
 
 
 def constant_sql(values: list, field: StructField, index: str) -> str | None:

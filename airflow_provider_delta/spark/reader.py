@@ -30,14 +30,13 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
 from airflow_provider_delta.core import plan_changes, plan_snapshot
-from airflow_provider_delta.core.arrow import from_numpy, to_numpy
 from airflow_provider_delta.core.model import DeletionVectorDescriptor, Plan, TableMetadata
 from airflow_provider_delta.core.delta_log import TableLocation
 from airflow_provider_delta.errors import (
     InvalidParameterError, MissingDataFileError, UnsupportedFeatureError,
 )
 from airflow_provider_delta.spark.deletion_vectors import deleted_rows
-from airflow_provider_delta.spark.file_index import hidden_files, scan_files
+from airflow_provider_delta.spark.file_index import FILE_POSITION_SQL, hidden_files, scan_files
 from airflow_provider_delta.spark.handoff import (
     LOOKUP_MAX_FILES, constant_sql, file_index_sql, select_sql,
 )
@@ -262,7 +261,7 @@ def _read_round(
     files = file_table.take(pa.array(positions))
     paths = files.column("path").combine_chunks()
     schema = physical_read_schema(metadata)
-    if getattr(spark, "_jvm", None) is not None:  # a classic session: the driver is here
+    if _classic(spark):
         scans = scan_files(spark, schema, spark_file_paths(paths),
                            files.column("size").combine_chunks(), table_uri)
     else:  # Spark Connect sends the paths in one message
@@ -303,35 +302,33 @@ def _with_file_constants(
     spark: SparkSession, scan: DataFrame, metadata: TableMetadata, files: pa.Table,
     data_sql: list[str], row_index: str | None = None,
 ) -> DataFrame | None:
-    """The scan's rows with their file's partition values, looked up by path in SQL literals
-    (and ``row_index``, see :func:`read_plan`); None if a value cannot be written as one."""
+    """The scan's rows with their file's partition values, looked up in SQL literals by the
+    file's position (:data:`FILE_POSITION_SQL`; by path on Spark Connect, whose scan lists
+    paths), and ``row_index`` (see :func:`read_plan`); None if a value has no literal."""
+    positions = [f"_metadata.row_index AS {quoted(row_index)}"] if row_index else []
+    index = FILE_POSITION_SQL  # the scan is scan_files'
+    if not _classic(spark):  # the lookup by path once a row, before the constants
+        by_path = file_index_sql(spark_file_paths(files.column("path")), _UNMATCHED_FILE)
+        scan = select_sql(spark, scan, ["*", *positions, f"{by_path} AS {_FILE_ID}"])
+        index, positions = _FILE_ID, [quoted(row_index)] if row_index else []
     values = files.column("partition_values").combine_chunks()
     schema = logical_schema(metadata)
-    constants = {}
+    data = iter(data_sql)  # the data columns, in the schema's order
+    columns = []
     for field in schema.fields:
-        if field.name in metadata.partition_columns:
-            constants[field.name] = constant_sql(values.field(field.name).to_pylist(), field,
-                                                 _FILE_ID)
-            if constants[field.name] is None:
-                return None
-    index = file_index_sql(spark_file_paths(files.column("path")), _UNMATCHED_FILE,
-                           _listed_sizes(spark, files))
-    positions = [f"_metadata.row_index AS {quoted(row_index)}"] if row_index else []
-    rows = select_sql(spark, scan, [*data_sql, f"{index} AS {_FILE_ID}", *positions])
-    return select_sql(spark, rows, [
-        f"{constants[f.name]} AS {quoted(f.name)}" if f.name in constants else quoted(f.name)
-        for f in schema.fields] + ([quoted(row_index)] if row_index else []))
+        if field.name not in metadata.partition_columns:
+            columns.append(next(data))
+            continue
+        constant = constant_sql(values.field(field.name).to_pylist(), field, index)
+        if constant is None:
+            return None
+        columns.append(f"{constant} AS {quoted(field.name)}")
+    return select_sql(spark, scan, columns + positions)
 
 
-def _listed_sizes(spark: SparkSession, files: pa.Table) -> pa.Array | None:
-    """The files' sizes as Spark's scan has them, null where files share a size (those are
-    told apart by path): a classic session's scan takes them from the plan
-    (:func:`scan_files`); None otherwise."""
-    if getattr(spark, "_jvm", None) is None:
-        return None
-    sizes = to_numpy(files.column("size"))
-    counts = np.unique(sizes, return_inverse=True, return_counts=True)[1:]
-    return from_numpy(sizes, valid=counts[1][counts[0]] == 1)
+def _classic(spark: SparkSession) -> bool:
+    """Whether ``spark`` is a classic session (the driver is here), not Spark Connect."""
+    return getattr(spark, "_jvm", None) is not None
 
 
 def _all_local(paths: pa.Array) -> bool:

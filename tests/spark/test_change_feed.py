@@ -124,8 +124,8 @@ def test_partition_columns_keep_their_schema_position(spark, tmp_path):
 
 
 def test_rows_get_their_own_files_commit(spark, tmp_path):
-    """Rows are matched to files by size where a file's size is its own, by path where files
-    share one (v0 and v1 write files of equal size)."""
+    """Rows are matched to files by the position the file index gives each file, not by size
+    or path (v0 and v1 write files of equal size)."""
     path = str(tmp_path / "t")
     batches = [[1, 2], [3, 4], list(range(10, 40))]
     for ids in batches:
@@ -135,7 +135,8 @@ def test_rows_get_their_own_files_commit(spark, tmp_path):
         df = read_change_feed(spark, path, start).select("id", *COMPARED)
         assert table_rows(df.toArrow()) == Counter(
             {row: n for row, n in expected.items() if row[2] >= start})
-        assert "file_size" in df._jdf.queryExecution().optimizedPlan().toString()
+        plan = df._jdf.queryExecution().optimizedPlan().toString()
+        assert "file_modification_time" in plan and "file_path" not in plan
 
 
 def test_unchanged_merge_is_skipped_as_delta_does(spark, tmp_path):
