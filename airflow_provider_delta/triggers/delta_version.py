@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
 from contextlib import aclosing
 from dataclasses import astuple
@@ -430,9 +431,27 @@ async def open_probe(table_uri: str, delta_conn_id: str | None,
                      storage_options: dict[str, str] | None = None) -> VersionProbe:
     """A probe of the table, with ``storage_options`` if given, else those of
     ``delta_conn_id`` (if any)."""
-    from airflow_provider_delta.hooks.delta import aconnection_storage_options, amask_credentials
+    from airflow_provider_delta.hooks.delta import amask_credentials
 
     if storage_options is not None:
         await amask_credentials(storage_options)
         return VersionProbe(table_uri, storage_options)
-    return VersionProbe(table_uri, await aconnection_storage_options(delta_conn_id))
+    return VersionProbe(table_uri, await _connection_options(delta_conn_id))
+
+
+_LOOKUPS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str | None, asyncio.Future]] = (
+    weakref.WeakKeyDictionary())
+
+
+async def _connection_options(conn_id: str | None) -> dict[str, str] | None:
+    """The storage options of ``conn_id``. Triggers that start while a lookup of the same
+    connection is under way share it: a triggerer starting thousands at once makes one lookup,
+    not one each. A trigger that starts later looks again, so a changed connection is seen."""
+    from airflow_provider_delta.hooks.delta import aconnection_storage_options
+
+    lookups = _LOOKUPS.setdefault(asyncio.get_running_loop(), {})
+    lookup = lookups.get(conn_id)
+    if lookup is None:
+        lookup = lookups[conn_id] = asyncio.ensure_future(aconnection_storage_options(conn_id))
+        lookup.add_done_callback(lambda _: lookups.pop(conn_id, None))
+    return await asyncio.shield(lookup)

@@ -3,6 +3,7 @@ connection."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import time
@@ -132,3 +133,46 @@ def test_deferred_interval_sensor_on_s3_with_storage_options(
         dag_run = run_interval(register_dag, dag, end)
     found = xcom_value(dag_run, "load")
     assert (found["complete_by"], found["newest_version"]) == ("commit", 2)
+
+
+def test_a_few_hundred_triggers_on_s3_list_once_each_a_poll(s3_options, growing_table,
+                                                            monkeypatch):
+    """200 deferred triggers on 200 tables of a bucket, polled by the remote workers' threads:
+    an idle poll is one LIST a table, and each table's new commit reaches its trigger at that
+    table's next poll (one more GET: the commit, for its time). Requests counted at the
+    server's door; the clock moves by hand, so the counts are exact."""
+    from hand_clock import hand_clocked_registry, subscribed, turns
+    from moto_s3 import counted_requests, put_tree, scratch_bucket
+
+    poll, count = 1.0, 200
+    template = growing_table(1)
+    for key, value in credential_entries(s3_options).items():
+        monkeypatch.setenv(key, value)  # a worker's credentials: the environment's
+    with scratch_bucket("fleet") as bucket, counted_requests(s3_options) as (options, requests):
+        uris = [put_tree(template.uri, f"t{i:03d}", bucket) for i in range(count)]
+        triggers = [DeltaVersionTrigger(
+            table_uri=uri, start_version=1, poll_interval=poll, fire_once=True,
+            delta_conn_id=None, storage_options=without_credential_entries(options))
+            for uri in uris]
+        template.append()  # version 1, then put into every table between two polls
+
+        async def scenario():
+            with hand_clocked_registry() as (clock, registry):
+                waiting = [asyncio.ensure_future(anext(trigger.run())) for trigger in triggers]
+                await subscribed(registry, tables=count, subscribers=count)
+                requests.clear()
+                await turns(clock, 2 * poll)
+                idle = dict(requests)
+                for uri in uris:
+                    put_tree(template.uri, uri.removeprefix(f"s3://{bucket}/"), bucket)
+                requests.clear()
+                await turns(clock, poll)
+                found = dict(requests)
+                events = await asyncio.wait_for(asyncio.gather(*waiting), 60)
+            return idle, found, [event.payload for event in events]
+
+        idle, found, payloads = asyncio.run(scenario())
+    assert idle == {"GET": 2 * count}  # two polls of each table: one LIST each
+    assert found == {"GET": 2 * count}  # the LIST that finds version 1, and its commit's GET
+    assert {(p["status"], p["start_version"], p["end_version"]) for p in payloads} == {
+        ("success", 1, 1)}

@@ -4,6 +4,7 @@ for their table, and one trigger shared by several assets (real local tables).""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import shutil
 import threading
@@ -199,3 +200,34 @@ def test_idle_tables_cost_the_loop_no_call_and_no_thread_each(growing_table, mon
     assert threads == ["delta-poll-local"]  # one thread polls every local table
     assert {(p["start_version"], p["end_version"]) for p in payloads} == {(1, 1)}
     assert handed == [20, 20]  # a call a turn, each with the news of its slot's tables
+
+
+def test_triggers_starting_together_look_their_connection_up_once(growing_table, monkeypatch):
+    """A triggerer starting thousands of triggers makes one lookup of their connection, not one
+    each; a trigger that starts later looks it up again (a changed connection is seen)."""
+    from airflow_provider_delta.hooks import delta as delta_hook
+
+    monkeypatch.setenv("AIRFLOW_CONN_LAKE", json.dumps({"conn_type": "delta"}))
+    lookups: list[str] = []
+    lookup = delta_hook.aconnection_storage_options
+
+    async def counted(conn_id):
+        lookups.append(conn_id)
+        return await lookup(conn_id)
+
+    monkeypatch.setattr(delta_hook, "aconnection_storage_options", counted)
+    tables = [growing_table(2, name=f"t{i}") for i in range(10)]
+
+    def trigger(table):
+        return DeltaVersionTrigger(table_uri=table.uri, start_version=1, poll_interval=POLL,
+                                   delta_conn_id="lake", fire_once=True)
+
+    async def scenario():
+        together = await first_events([trigger(table) for table in tables])
+        later = await first_events([trigger(tables[0])])
+        return together + later
+
+    payloads = asyncio.run(scenario())
+    assert {(p["status"], p["start_version"], p["end_version"]) for p in payloads} == {
+        ("success", 1, 1)}
+    assert lookups == ["lake", "lake"]
