@@ -137,7 +137,13 @@ def log_scans(reader: DataFrameReader, spark_paths: pa.Array, sizes: pa.Array
 def hidden_files(paths: pa.Array) -> pa.Array:
     """Which of ``paths`` a Spark file scan skips by their name (Spark's
     ``PartitioningAwareFileIndex.isDataPath``: names starting with ``.``, or with ``_`` and
-    holding no ``=``); string tests on the names, not a regular expression per path."""
+    holding no ``=``); string tests on the names, not a regular expression per path, and only
+    if the paths' bytes hold ``/.`` or ``/_`` or a path starts so."""
+    leading = pc.or_(pc.starts_with(paths, "."), pc.starts_with(paths, "_"))
+    data = paths.buffers()[2]
+    text = data.to_pybytes() if data is not None else b""
+    if not (b"/." in text or b"/_" in text or pc.any(leading).as_py()):
+        return leading
     names = split_folders(paths)[1]
     underscored = pc.and_(pc.starts_with(names, "_"), pc.invert(pc.match_substring(names, "=")))
     return pc.or_(pc.starts_with(names, "."), underscored)

@@ -257,8 +257,10 @@ def _read_round(
     row_index: str | None = None,
 ) -> DataFrame:
     """One Parquet scan over files with distinct paths, with their partitions and DVs."""
-    round_deletions = {int(i): deletions[int(i)] for i in positions if int(i) in deletions}
-    files = file_table.take(pa.array(positions))
+    with_rows = np.fromiter(deletions, np.int64, len(deletions))
+    round_deletions = {int(i): deletions[int(i)] for i in with_rows[np.isin(with_rows, positions)]}
+    whole = len(positions) == len(file_table)  # one round: every file in plan order
+    files = file_table if whole else file_table.take(pa.array(positions))
     paths = files.column("path").combine_chunks()
     schema = physical_read_schema(metadata)
     if _classic(spark):
