@@ -24,8 +24,9 @@ order the polls follow; the detection time of each
 trigger (event time minus its table's commit time) gives p50/p99.
 
 Every scenario runs in its own process, on tables made for it (their logs hard-linked to one
-template's) and deleted after it. ``--baseline-rev REV`` runs each scenario also on the
-package as it was at git revision REV (side by side, same machine state) and prints ratios.
+template's) and deleted after it. ``--baseline-rev REV[,REV...]`` runs each scenario also on
+the package as it was at each git revision REV (side by side, same machine state) and prints
+ratios.
 
 Run: ``.venv/bin/python benchmarks/bench_triggers.py [--sizes 30000@5,10000@1] [--layouts
 separate,shared] [--idle 5] [--baseline-rev bb0d28a] [--profile]`` (the default sizes are
@@ -329,7 +330,8 @@ def print_ratios(ours: dict, theirs: dict) -> None:
 
     print(f"  {'ratio':<9} detect p99 {ratio('detect_p99')} | idle CPU {ratio('idle_cpu')} | "
           f"loop lag idle max {ratio('lag_idle_max')}, firing max {ratio('lag_firing_max')} | "
-          f"peak RSS {ratio('rss_peak_mib')}", flush=True)
+          f"peak RSS {ratio('rss_peak_mib')} | first checks {ratio('first_checks_s')}",
+          flush=True)
 
 
 def main() -> None:
@@ -342,7 +344,8 @@ def main() -> None:
     parser.add_argument("--idle", type=float, default=5.0, help="seconds of the idle window")
     parser.add_argument("--workdir", default=str(Path(tempfile.gettempdir()) / "trigger-bench"))
     parser.add_argument("--baseline-rev", default="",
-                        help="also run each scenario on the package at this git revision")
+                        help="also run each scenario on the package at these git revisions "
+                             "(comma-separated)")
     parser.add_argument("--scenario", help=argparse.SUPPRESS)
     args = parser.parse_args()
     workdir = Path(args.workdir)
@@ -361,7 +364,7 @@ def main() -> None:
         return
 
     workdir.mkdir(parents=True, exist_ok=True)
-    baseline = package_at(args.baseline_rev, workdir) if args.baseline_rev else None
+    baselines = {rev: package_at(rev, workdir) for rev in args.baseline_rev.split(",") if rev}
     print(f"DeltaVersionTrigger x N in one event loop, idle window {args.idle:g} s; "
           f"load average before: {os.getloadavg()}", flush=True)
     for size in args.sizes.split(","):
@@ -369,10 +372,10 @@ def main() -> None:
             ours = run_scenario(size, layout, workdir / "ours", args.idle, None, args.profile)
             print_row("this tree", ours)
             sys.stdout.flush()
-            if baseline is not None:
+            for rev, baseline in baselines.items():
                 theirs = run_scenario(size, layout, workdir / "base", args.idle, baseline,
                                       args.profile)
-                print_row(args.baseline_rev[:9], theirs)
+                print_row(rev[:9], theirs)
                 print_ratios(ours, theirs)
     print(f"load average after: {os.getloadavg()}")
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_delta.compat import BaseSensorOperator, PokeReturnValue, conf
 from airflow_provider_delta.core.delta_log import TableLocation
-from airflow_provider_delta.core.interval_end import IntervalEnd, interval_end_reached
+from airflow_provider_delta.core.interval_end import IntervalCheck, IntervalEnd
 from airflow_provider_delta.hooks.delta import DEFAULT_CONN_ID
 from airflow_provider_delta.operators import parameters
 from airflow_provider_delta.sensors.delta_version import sensor_storage_options
@@ -29,9 +29,10 @@ class DeltaIntervalSensor(BaseSensorOperator):
     else commit file times made increasing; see
     :mod:`~airflow_provider_delta.core.commit_times`), or once the end lies ``interval_grace``
     in the past: a quiet table's interval is then taken as complete, since a commit gets its
-    time when it is written. Each poke finds the newest version, replays the table's
+    time when it is written. A first poke finds the newest version, replays the table's
     configuration at it (checkpoint and later commits), then reads the newest commit's
-    in-commit timestamp, or, without them, lists the file times of every commit in the log.
+    in-commit timestamp, or, without them, lists the file times of every commit in the log;
+    later pokes of the same sensor (``mode="poke"``) read again only when a new version came.
     On success the XCom return value is ``{"table_uri", "interval_end", "complete_by",
     "newest_version", "newest_commit_timestamp"}``, ``complete_by`` being ``"commit"`` or
     ``"grace"``.
@@ -105,8 +106,8 @@ class DeltaIntervalSensor(BaseSensorOperator):
         return sensor_event_result(event, self.table_uri)
 
     def _check(self) -> IntervalEnd | None:
-        found = interval_end_reached(self.location, self.end, self.interval_grace,
-                                     datetime.now(timezone.utc))
+        found = self._interval_check.reached(self.end, self.interval_grace,
+                                             datetime.now(timezone.utc))
         if found is None:
             self.log.info("%s: no commit at or after %s yet; waiting until one comes, or until "
                           "%s (interval_grace)", self.table_uri, self.end,
@@ -122,6 +123,11 @@ class DeltaIntervalSensor(BaseSensorOperator):
         """``interval_end`` as an aware datetime (after templates are rendered)."""
         return parameters.interval_end(self.interval_end, task_id=self.task_id,
                                        table_uri=self.table_uri)
+
+    @cached_property
+    def _interval_check(self) -> IntervalCheck:
+        """This sensor's checks: one commit clock kept across pokes while the table is idle."""
+        return IntervalCheck(self.location)
 
     @cached_property
     def location(self) -> TableLocation:

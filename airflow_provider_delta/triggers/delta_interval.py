@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from airflow_provider_delta.compat import BaseTrigger, TriggerEvent
-from airflow_provider_delta.core.interval_end import interval_end_reached
+from airflow_provider_delta.core.interval_end import IntervalCheck
 from airflow_provider_delta.errors import DeltaProviderError
 from airflow_provider_delta.hooks.delta import DEFAULT_CONN_ID
 from airflow_provider_delta.operators import parameters
@@ -67,9 +67,10 @@ class DeltaIntervalTrigger(BaseTrigger):
         except DeltaProviderError as err:
             yield self._event("error", message=str(err))
             return
+        check = IntervalCheck(location)
         while True:
             try:
-                found = await asyncio.to_thread(interval_end_reached, location, end, grace,
+                found = await asyncio.to_thread(check.reached, end, grace,
                                                 dt.datetime.now(dt.timezone.utc))
             except DeltaProviderError as err:
                 if err.permanent:

@@ -68,6 +68,33 @@ def test_a_new_commit_completes_an_interval_that_just_ended(growing_table):
     assert (found["complete_by"], found["newest_version"]) == ("commit", 2)
 
 
+def test_one_sensor_keeps_its_commit_clock_while_the_table_is_idle(growing_table, monkeypatch):
+    """Pokes of one sensor build the table's commit clock (a replay, and the commits' file
+    times listed) once, then again only when a new version comes."""
+    from airflow_provider_delta.core import interval_end
+
+    built: list[int] = []
+    clock_class = interval_end.CommitClock
+
+    def counted(*args, **kwargs):
+        clock = clock_class(*args, **kwargs)
+        built.append(clock.newest)
+        return clock
+
+    monkeypatch.setattr(interval_end, "CommitClock", counted)
+    table = growing_table(2)
+    end = datetime.now(timezone.utc)
+    time.sleep(0.01)
+    sensor = DeltaIntervalSensor(task_id="complete", table_uri=table.uri, interval_end=end,
+                                 interval_grace=NEVER)
+    assert [sensor.poke({}) for _ in range(3)] == [False] * 3
+    assert built == [1]
+    table.append()
+    found = sensor.poke({}).xcom_value
+    assert (found["complete_by"], found["newest_version"]) == ("commit", 2)
+    assert built == [1, 2]
+
+
 def test_bad_parameters_are_refused(growing_table):
     table = growing_table(1)
     with pytest.raises(InvalidParameterError, match="complete: .*: interval_grace=.*days=-1.* is not a "
