@@ -13,6 +13,7 @@ import functools
 import json
 import logging
 import os
+import re
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -182,15 +183,36 @@ def split_commit(location: TableLocation, version: int, raw: bytes, kinds: tuple
     """Commit ``version``'s bytes with every action but its ``kinds`` file actions (``add``,
     ``remove``) parsed; lines written as ``{"add": ...`` (or the other kinds) are not even
     parsed here. DamagedLogFileError (naming the line) if a parsed line is damaged."""
-    prefixes = tuple(b'{"%s":' % kind.encode() for kind in kinds)
     try:
-        actions = [json.loads(line) for line in raw.splitlines()
-                   if line.strip() and not line.startswith(prefixes)]
+        actions = _other_actions(raw, kinds)
     except ValueError:  # JSONDecodeError, UnicodeDecodeError
         actions = None
     if actions is None or not all(isinstance(a, dict) for a in actions) or not raw.strip():
         commit_actions(location, version, raw)  # raises, naming the line
     return SplitCommit([a for a in actions if not _is_file_action(a, kinds)], raw)
+
+
+def _other_actions(raw: bytes, kinds: tuple[str, ...]) -> list[Any]:
+    """The parsed lines of ``raw`` that do not start as a ``kinds`` file action. A regular
+    expression finds them, so the (many) file action lines are never split out one by one;
+    text with ``\\r`` is split into lines."""
+    if b"\r" in raw:
+        prefixes = tuple(b'{"%s":' % kind.encode() for kind in kinds)
+        return [json.loads(line) for line in raw.splitlines()
+                if line.strip() and not line.startswith(prefixes)]
+    pattern = _other_lines_pattern(kinds)
+    lines = [raw[:raw.find(b"\n")] if b"\n" in raw else raw]
+    if pattern.match(b"\n" + lines[0]) is None:
+        lines = []
+    lines.extend(match.group(1) for match in pattern.finditer(raw))
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+@functools.cache
+def _other_lines_pattern(kinds: tuple[str, ...]) -> re.Pattern[bytes]:
+    """A newline, then a line that does not start as one of the ``kinds`` file actions."""
+    starts = b"|".join(re.escape(b'{"%s":' % kind.encode()) for kind in kinds)
+    return re.compile(rb"\n(?!%s)([^\n]*)" % starts)
 
 
 def read_commit(location: TableLocation, version: int, *, split: tuple[str, ...] = ()

@@ -3,6 +3,7 @@ fallbacks where the log still allows them."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -10,7 +11,9 @@ import pytest
 from deltalake import DeltaTable
 
 from airflow_provider_delta.core import latest_version, plan_changes, plan_snapshot
+from airflow_provider_delta.core.delta_log import TableLocation
 from airflow_provider_delta.core.probe import VersionProbe
+from airflow_provider_delta.core.replay import split_commit
 from airflow_provider_delta.errors import DamagedLogFileError
 from tests.core.conftest import data_change_adds
 from tests.core.test_log_gaps import appended_table
@@ -123,3 +126,17 @@ def test_last_checkpoint_naming_a_deleted_checkpoint(tmp_path):
     assert_names(caught.value, path, 4, "_last_checkpoint",
                  "checkpoint of version 4, which is not in the log", "commit 0")
     assert "can recreate" not in str(caught.value)
+
+
+@pytest.mark.parametrize("text", [
+    b'{"commitInfo":{"a":1}}\n{"add":{"path":"x"}}\n{"txn":{"appId":"i","version":1}}',
+    b'{"add":{"path":"x"}}\n\n  {"add":{"path":"y"}}\n{"metaData":{"id":"m"}}\n',
+    b'{"remove":{"path":"x"}}',
+    b' {"protocol":{"minReaderVersion":1}}\r\n{"add":{"path":"x"}}\r\n',
+])
+def test_a_commit_split_keeps_every_other_action(tmp_path, text):
+    """The actions that are not file actions, found without splitting the file lines out."""
+    split = split_commit(TableLocation(str(tmp_path)), 1, text, ("add", "remove"))
+    expected = [json.loads(line) for line in text.splitlines()
+                if line.strip() and not line.lstrip().startswith((b'{"add":', b'{"remove":'))]
+    assert split.actions == expected and split.text == text
