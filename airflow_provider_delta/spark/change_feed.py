@@ -27,7 +27,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import ArrayType, DataType, MapType, StructType, VariantType
+from pyspark.sql.types import (
+    ArrayType, DataType, DoubleType, FloatType, MapType, StringType, StructType, VariantType,
+)
 
 from airflow_provider_delta.core import plan_change_feed
 from airflow_provider_delta.core.change_feed import (
@@ -51,6 +53,7 @@ _CDF_FIELDS = (
 _TAGS = FEED_COLUMNS  # per-file columns beside partitions
 _BALANCE = "__delta_provider_balance"
 _SIGN, _RUNNING = "__delta_provider_sign", "__delta_provider_running"
+_HASH = "__delta_provider_hash"
 _KEY = "__delta_provider_comparable_"
 
 
@@ -219,18 +222,20 @@ def _net_changes(spark: SparkSession, rows: DataFrame) -> DataFrame:
     """Removed minus added rows, per commit, as multisets (see the module docstring).
 
     Rows equal in every column form a group; of ``r`` removed and ``a`` added copies, ``r - a``
-    removed ones are kept as deletes, or ``a - r`` added ones as inserts. A window over the
-    groups rather than an aggregation: a copied row and its original are read by different
-    tasks, so an aggregation's map-side pass would hash every row for nothing (it doubled the
-    diff's cost), and the kept rows keep their own values (maps, VARIANT). Written in SQL: a
+    removed ones are kept as deletes, or ``a - r`` added ones as inserts. Where grouping gives
+    back each row's own values, the groups are counted (:func:`_counted`); else a window over
+    them keeps the rows themselves (floats, maps, VARIANT, collated strings). Written in SQL: a
     Column per field costs the driver a Py4J call each.
     """
     fields = [field for field in rows.schema.fields if field.name != CHANGE_TYPE]
     names = [quoted(field.name) for field in fields]
+    sign = f"CASE WHEN {quoted(CHANGE_TYPE)} = '{DELETE}' THEN 1 ELSE -1 END AS {_SIGN}"
+    if all(_exact(field.dataType) for field in fields):
+        return _counted(spark, select_sql(spark, rows, [
+            *names, sign, f"xxhash64({', '.join(names)}) AS {_HASH}"]), names)
     comparable = {f"{_KEY}{number}": _comparable(F.col(name), field.dataType)
                   for number, (name, field) in enumerate(zip(names, fields))
                   if not _groupable(field.dataType)}
-    sign = f"CASE WHEN {quoted(CHANGE_TYPE)} = '{DELETE}' THEN 1 ELSE -1 END AS {_SIGN}"
     signed = select_sql(spark, rows.withColumns(comparable) if comparable else rows,
                         [*names, *comparable, sign])
     keys = [name for name, field in zip(names, fields)  # a commit's time goes with its version
@@ -239,6 +244,20 @@ def _net_changes(spark: SparkSession, rows: DataFrame) -> DataFrame:
     return select_sql(spark, kept, [
         *names, f"CASE WHEN {_BALANCE} > 0 THEN '{DELETE}' ELSE '{INSERT}' END AS "
         f"{quoted(CHANGE_TYPE)}"])
+
+
+def _counted(spark: SparkSession, signed: DataFrame, names: list[str]) -> DataFrame:
+    """Each group's balance (removed minus added copies) as that many deletes or inserts of
+    the group's values.
+
+    The rows are shuffled by a hash of their values, which the grouping includes: the groups
+    are then counted where they meet, without a pass on the reading side (a row and its copy
+    are read by different tasks, so it would reduce nothing) and without sorting them."""
+    balances = (signed.repartition(_HASH).groupBy(_HASH, *names)
+                .agg(F.sum(_SIGN).alias(_BALANCE)))
+    change = f"CASE WHEN {_BALANCE} > 0 THEN '{DELETE}' ELSE '{INSERT}' END"
+    return select_sql(spark, balances, [*names, f"explode(array_repeat({change}, "
+                                        f"CAST(abs({_BALANCE}) AS INT))) AS {quoted(CHANGE_TYPE)}"])
 
 
 def _kept(spark: SparkSession, signed: DataFrame, columns: list[str], keys: str) -> DataFrame:
@@ -257,6 +276,20 @@ def _kept(spark: SparkSession, signed: DataFrame, columns: list[str], keys: str)
         f"sum({_SIGN}) {group} CURRENT ROW) AS {_RUNNING}"])
     return counted.where(f"CASE WHEN {_SIGN} > 0 THEN {_RUNNING} > 0 "
                          f"ELSE {_RUNNING} >= {_BALANCE} END")
+
+
+def _exact(data_type: DataType) -> bool:
+    """Whether values equal as Spark groups them are the same value: not floats (-0.0 groups
+    with 0.0), maps, VARIANT or strings of a collation other than binary."""
+    if isinstance(data_type, (FloatType, DoubleType, MapType, VariantType)):
+        return False
+    if isinstance(data_type, StringType):
+        return getattr(data_type, "collation", "UTF8_BINARY") == "UTF8_BINARY"
+    if isinstance(data_type, ArrayType):
+        return _exact(data_type.elementType)
+    if isinstance(data_type, StructType):
+        return all(_exact(f.dataType) for f in data_type.fields)
+    return True
 
 
 def _groupable(data_type: DataType) -> bool:
