@@ -297,6 +297,24 @@ def _rows_table(rows: list[tuple]) -> pa.Table:
                      "score": pa.array(scores, pa.float64()), "info": pa.array(infos, info)})
 
 
+def _overwrite_and_back(path: str, before: pa.Table, after: pa.Table) -> tuple[Counter, Counter]:
+    """``before`` written, overwritten by ``after`` (v1), then by ``before`` again (v2); the
+    rows v1 deletes and inserts."""
+    write_deltalake(path, before)
+    write_deltalake(path, after, mode="overwrite")
+    write_deltalake(path, before, mode="overwrite")
+    old, new = table_rows(before), table_rows(after)
+    return old - new, new - old
+
+
+def _overwritten_and_back(deleted: Counter, inserted: Counter) -> Counter:
+    """The feed of v1 (deleting ``deleted``, inserting ``inserted``) and of v2 (the reverse)."""
+    return Counter({(*row, "delete", 1): n for row, n in deleted.items()}
+                   | {(*row, "insert", 1): n for row, n in inserted.items()}
+                   | {(*row, "insert", 2): n for row, n in deleted.items()}
+                   | {(*row, "delete", 2): n for row, n in inserted.items()})
+
+
 def test_cdf_off_rewrite_nets_rows_exactly_as_multisets(spark, tmp_path, assert_same_rows):
     """Overwrites (copy-on-write commits removing every file) give removed minus added rows as
     multisets: duplicates counted, rows differing only in a null, a NaN or a nested value told
@@ -310,19 +328,11 @@ def test_cdf_off_rewrite_nets_rows_exactly_as_multisets(spark, tmp_path, assert_
     before = [a, a, a, b, b, unnamed, null_tag, shorter, named]
     after = [a, b, b, b, named, zero_tag, longer, named, (6, "new", -0.0, None)]
     path = str(tmp_path / "t")
-    write_deltalake(path, _rows_table(before))
-    write_deltalake(path, _rows_table(after), mode="overwrite")
-    write_deltalake(path, _rows_table(before), mode="overwrite")
-    old, new = table_rows(_rows_table(before)), table_rows(_rows_table(after))
-    deleted, inserted = old - new, new - old
+    deleted, inserted = _overwrite_and_back(path, _rows_table(before), _rows_table(after))
     assert sum(deleted.values()) == 5 and sum(inserted.values()) == 5  # the test has teeth
     feed = read_change_feed(spark, path, 1, 2).select(
         "id", "name", "score", "info", "_change_type", "_commit_version").toArrow()
-    assert_same_rows(table_rows(feed), Counter(
-        {(*row, "delete", 1): n for row, n in deleted.items()}
-        | {(*row, "insert", 1): n for row, n in inserted.items()}
-        | {(*row, "insert", 2): n for row, n in deleted.items()}
-        | {(*row, "delete", 2): n for row, n in inserted.items()}))
+    assert_same_rows(table_rows(feed), _overwritten_and_back(deleted, inserted))
 
 
 def test_cdf_off_partial_rewrite_nets_only_the_rewritten_files(spark, tmp_path, assert_same_rows):
@@ -356,21 +366,14 @@ def test_cdf_off_rewrite_of_exact_types_counts_groups_without_a_window(spark, tm
         ids, names, items = zip(*values)
         return pa.table({"id": pa.array(ids, pa.int64()), "name": pa.array(names, pa.string()),
                          "item": pa.array(items, item)})
-    write_deltalake(path, rows(before))
-    write_deltalake(path, rows(after), mode="overwrite")
-    write_deltalake(path, rows(before), mode="overwrite")
-    old, new = table_rows(rows(before)), table_rows(rows(after))
-    deleted, inserted = old - new, new - old
+    deleted, inserted = _overwrite_and_back(path, rows(before), rows(after))
     assert sum(deleted.values()) == 3 and sum(inserted.values()) == 3  # the test has teeth
     feed = read_change_feed(spark, path, 1, 2)
     plan = feed._jdf.queryExecution().optimizedPlan().toString()
     assert "Aggregate" in plan and "Window" not in plan
     assert_same_rows(table_rows(feed.select("id", "name", "item", "_change_type",
-                                            "_commit_version").toArrow()), Counter(
-        {(*row, "delete", 1): n for row, n in deleted.items()}
-        | {(*row, "insert", 1): n for row, n in inserted.items()}
-        | {(*row, "insert", 2): n for row, n in deleted.items()}
-        | {(*row, "delete", 2): n for row, n in inserted.items()}))
+                                            "_commit_version").toArrow()),
+                     _overwritten_and_back(deleted, inserted))
     floats = str(tmp_path / "floats")
     write_deltalake(floats, pa.table({"x": [0.0, 1.0]}))
     write_deltalake(floats, pa.table({"x": [-0.0]}), mode="overwrite")
