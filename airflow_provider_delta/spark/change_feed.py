@@ -9,10 +9,11 @@ rows by file. Change data files carry ``_change_type`` as a column of their own.
 Commits without the Change Data Feed that rewrite files are netted: per commit, every distinct
 row is counted +1 per removed copy and -1 per added copy, and what remains is reported as that
 many ``delete`` (positive) or ``insert`` (negative) rows. Rows are compared on their values
-with Spark's equality (nulls equal, NaN equal to NaN, -0.0 to 0.0; maps and VARIANT as below). An unchanged copied row nets to zero;
-an updated row is a ``delete`` of its old image and an ``insert`` of its new one (we do not
-pair them into update pre/post images: without keys the pairing is a guess). Where the table
-has row tracking, row ids pair them exactly instead (:mod:`.row_id_changes`).
+with Spark's equality (nulls equal, NaN equal to NaN, -0.0 to 0.0; maps and VARIANT as below).
+An unchanged copied row nets to zero; an updated row is a ``delete`` of its old image and an
+``insert`` of its new one (we do not pair them into update pre/post images: without keys the
+pairing is a guess). Where the table has row tracking, row ids pair them exactly instead
+(:mod:`.row_id_changes`).
 """
 
 from __future__ import annotations
