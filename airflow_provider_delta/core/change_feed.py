@@ -39,9 +39,9 @@ from airflow_provider_delta.core.file_table import (
     PLAN_COLUMNS, decoded_paths, file_table, resolved_deletion_vectors,
 )
 from airflow_provider_delta.core.model import Plan, TableMetadata
-from airflow_provider_delta.core.protocol import check_protocol
+from airflow_provider_delta.core.protocol import bool_property, check_protocol
 from airflow_provider_delta.core.row_tracking import (
-    BASE_ROW_ID, DEFAULT_ROW_COMMIT_VERSION, MaterializedColumns, RowTrackingLog,
+    BASE_ROW_ID, DEFAULT_ROW_COMMIT_VERSION, LOG_FIELDS, MaterializedColumns, RowTrackingLog,
 )
 from airflow_provider_delta.core.replay import (
     FileActions, SplitCommit, earliest_recreatable, raise_unreadable, read_commits, replay,
@@ -187,7 +187,7 @@ class _LogWalk:
         self.protocol = self.state.protocol
         self.metadata = table_metadata(self.state.metadata, self.protocol)
         self.changes = {start_version: self.metadata}  # version -> metadata taking effect
-        self.files = FileActions(location, _FEED_ACTIONS)
+        self.files = FileActions(location, _FEED_ACTIONS, LOG_FIELDS)
         self.files.note(self.metadata)
         self.commits: dict[int, tuple[bool, bool]] = {}  # version -> (CDF on, unchanged merge)
         self.row_tracking = RowTrackingLog()
@@ -197,10 +197,10 @@ class _LogWalk:
         if commit is None:
             raise_unreadable(self.location, version, version, from_checkpoint=True)
         self._apply(version, commit.actions)
-        cdf_on = self.metadata.configuration.get(CHANGE_DATA_FEED_KEY, "false").lower() == "true"
+        cdf_on = bool_property(self.metadata.configuration, CHANGE_DATA_FEED_KEY)
         self.commits[version] = (cdf_on, _unchanged_merge(commit.actions))
         self.row_tracking.take(version, self.protocol, self.metadata.configuration,
-                               commit.actions, commit.text)
+                               commit.actions)
         self.files.extend(version, commit.text)
 
     def settle_feed_schema(self, end: int, latest: int) -> None:

@@ -25,6 +25,7 @@ from functools import cached_property
 
 from airflow_provider_delta.core.actions import parse_datetime
 from airflow_provider_delta.core.delta_log import LogEntry, TableLocation, commit_name
+from airflow_provider_delta.core.protocol import bool_property
 from airflow_provider_delta.core.replay import commit_actions, earliest_recreatable, replay
 from airflow_provider_delta.core.versions import newest_version
 from airflow_provider_delta.errors import (
@@ -289,7 +290,7 @@ def in_commit_timestamp(actions: list[dict]) -> int | None:
 
 def in_commit_timestamps_enabled(config: Mapping[str, str]) -> bool:
     """The table property that turns in-commit timestamps on is set to true."""
-    return config.get("delta.enableInCommitTimestamps", "false").lower() == "true"
+    return bool_property(config, "delta.enableInCommitTimestamps")
 
 
 def ict_enablement_version(config: dict[str, str]) -> int | None:

@@ -72,10 +72,12 @@ _PRIMITIVE_TYPES = {
 # -- raw actions ---------------------------------------------------------------------------
 
 def json_file_actions(commits: Sequence[tuple[int, bytes]], partition_names: Iterable[str],
-                      kinds: Sequence[str] = ("add", "remove")) -> pa.Table:
+                      kinds: Sequence[str] = ("add", "remove"),
+                      long_fields: Sequence[str] = ()) -> pa.Table:
     """The file actions of ``kinds`` (``add``, ``remove``, ``cdc``) in ``(version, text)``
     commits (newline-delimited actions; the others are skipped) as raw actions, parsed by
-    Arrow's JSON reader in one pass.
+    Arrow's JSON reader in one pass; plus a column per name of ``long_fields`` (integer
+    fields of the actions, such as row tracking's ``baseRowId``; null where absent).
 
     ``partition_names`` are the keys to read from ``partitionValues`` (Arrow reads a JSON
     object into a struct of known fields). Raises ArrowInvalid on anything unexpected (for
@@ -84,12 +86,12 @@ def json_file_actions(commits: Sequence[tuple[int, bytes]], partition_names: Ite
     """
     commits = [(version, text) for version, text in commits if text.strip()]
     if not commits:
-        return empty_raw_actions()
+        return empty_raw_actions(long_fields)
     values_type = pa.struct([(name, pa.string()) for name in dict.fromkeys(partition_names)])
     action_type = pa.struct([
         ("path", pa.string()), ("dataChange", pa.bool_()), ("size", pa.int64()),
         ("stats", pa.string()), ("deletionVector", RAW_DV_TYPE),
-        ("partitionValues", values_type)])
+        ("partitionValues", values_type), *((name, pa.int64()) for name in long_fields)])
     parsed = _read_json(b"\n".join(text for _, text in commits),
                         pa.schema([(kind, action_type) for kind in kinds]))
     versions = _line_versions(commits, parsed.num_rows)
@@ -120,7 +122,8 @@ def json_file_actions(commits: Sequence[tuple[int, bytes]], partition_names: Ite
         "num_records": num_records(pc.struct_field(actions[0], "stats")).filter(is_file),
         "partitionValues": _struct_to_map(field("partitionValues").combine_chunks()),
         "deletionVector": field("deletionVector"),
-    }, schema=RAW_SCHEMA)
+        **{name: field(name) for name in long_fields},
+    }, schema=raw_schema(long_fields))
 
 
 def _read_json(data: bytes, schema: pa.Schema) -> pa.Table:
@@ -231,8 +234,14 @@ def _top_level_num_records(stats: str) -> str | None:
     return None if value is None else str(value)
 
 
-def empty_raw_actions() -> pa.Table:
-    return pa.Table.from_arrays([pa.nulls(0, f.type) for f in RAW_SCHEMA], schema=RAW_SCHEMA)
+def raw_schema(long_fields: Sequence[str] = ()) -> pa.Schema:
+    """:data:`RAW_SCHEMA` plus integer columns of the actions' ``long_fields``."""
+    return pa.schema([*RAW_SCHEMA, *(pa.field(name, pa.int64()) for name in long_fields)])
+
+
+def empty_raw_actions(long_fields: Sequence[str] = ()) -> pa.Table:
+    schema = raw_schema(long_fields)
+    return pa.Table.from_arrays([pa.nulls(0, f.type) for f in schema], schema=schema)
 
 
 def file_keys(raw: pa.Table) -> pa.Array:

@@ -34,6 +34,12 @@ _DECIMAL = re.compile(r"decimal\((\d+),\s*(\d+)\)")
 _NAME_MODE_UPGRADE = ("none", "name")
 
 
+def bool_property(properties: Mapping[str, Any], key: str, default: bool = False) -> bool:
+    """A boolean table property (or commit tag) as Delta reads it: ``true`` in any case."""
+    value = properties.get(key)
+    return default if value is None else str(value).lower() == "true"
+
+
 def check_protocol(table_uri: str, protocol: Mapping[str, Any], version: int | None) -> None:
     """Refuse a protocol this provider cannot read, naming the feature."""
     reader_version = int(protocol.get("minReaderVersion", 1))

@@ -98,9 +98,11 @@ class FileActions:
     Arrow, and one call per commit would cost more than the parsing on ranges of small
     commits."""
 
-    def __init__(self, location: TableLocation, kinds: tuple[str, ...] = FILE_ACTIONS):
+    def __init__(self, location: TableLocation, kinds: tuple[str, ...] = FILE_ACTIONS,
+                 long_fields: tuple[str, ...] = ()):
         self.location = location
         self.kinds = kinds
+        self.long_fields = long_fields  # integer fields kept as columns (json_file_actions)
         self.partition_names: dict[str, None] = {}  # of every metadata seen, in order
         self._commits: list[tuple[int, bytes]] = []
         self._bytes = 0
@@ -124,13 +126,15 @@ class FileActions:
     def table(self) -> pa.Table:
         """Every file action so far as raw actions."""
         self._parse()
-        return pa.concat_tables(self._tables) if self._tables else empty_raw_actions()
+        return (pa.concat_tables(self._tables) if self._tables
+                else empty_raw_actions(self.long_fields))
 
     def _parse(self) -> None:
         if not self._commits:
             return
         try:
-            parsed = json_file_actions(self._commits, self.partition_names, self.kinds)
+            parsed = json_file_actions(self._commits, self.partition_names, self.kinds,
+                                       self.long_fields)
         except pa.ArrowException:  # find the commit, parsing them one by one
             parsed = pa.concat_tables([self._one_commit(*commit) for commit in self._commits])
         self._tables.append(parsed)
@@ -138,16 +142,18 @@ class FileActions:
 
     def _one_commit(self, version: int, text: bytes) -> pa.Table:
         try:
-            return json_file_actions([(version, text)], self.partition_names, self.kinds)
+            return json_file_actions([(version, text)], self.partition_names, self.kinds,
+                                     self.long_fields)
         except pa.ArrowException:
             actions = commit_actions(self.location, version, text)  # raises on a damaged line
-            lines = [_normalized_line(a, self.kinds) for a in actions
+            lines = [_normalized_line(a, self.kinds, self.long_fields) for a in actions
                      if _is_file_action(a, self.kinds)]
             return json_file_actions([(version, b"\n".join(lines))], self.partition_names,
-                                     self.kinds)
+                                     self.kinds, self.long_fields)
 
 
-def _normalized_line(action: Mapping[str, Any], kinds: tuple[str, ...]) -> bytes:
+def _normalized_line(action: Mapping[str, Any], kinds: tuple[str, ...],
+                     long_fields: tuple[str, ...] = ()) -> bytes:
     """A file action as a line with the fields planning reads, typed as Arrow's reader
     expects them."""
     kind = next(kind for kind in kinds if kind in action)
@@ -155,8 +161,13 @@ def _normalized_line(action: Mapping[str, Any], kinds: tuple[str, ...]) -> bytes
     kept = {"path": values.get("path"), "dataChange": values.get("dataChange", True),
             "size": int(values.get("size") or 0), "stats": values.get("stats"),
             "partitionValues": values.get("partitionValues") or {},
-            "deletionVector": values.get("deletionVector") or None}
+            "deletionVector": values.get("deletionVector") or None,
+            **{name: _integer(values.get(name)) for name in long_fields}}
     return json.dumps({kind: kept}).encode()
+
+
+def _integer(value: Any) -> int | None:
+    return None if value is None else int(value)
 
 
 @dataclass

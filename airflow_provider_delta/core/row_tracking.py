@@ -16,7 +16,6 @@ false), it is not a RESTORE, and each of its changed files carries ``baseRowId``
 
 from __future__ import annotations
 
-import io
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -25,9 +24,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.json as pj
 
-from airflow_provider_delta.core.arrow import from_numpy, scalar, to_numpy
+from airflow_provider_delta.core.arrow import from_numpy, to_numpy
+from airflow_provider_delta.core.protocol import bool_property
 
 log = logging.getLogger(__name__)
 
@@ -37,11 +36,10 @@ SUSPENDED_KEY = "delta.rowTrackingSuspended"
 ROW_ID_COLUMN_KEY = "delta.rowTracking.materializedRowIdColumnName"
 ROW_COMMIT_VERSION_COLUMN_KEY = "delta.rowTracking.materializedRowCommitVersionColumnName"
 PRESERVED_TAG = "delta.rowTracking.preserved"
+# the file actions' fields that row tracking adds (parsed with the log's other fields)
+LOG_FIELDS = ("baseRowId", "defaultRowCommitVersion")
 # the file table's columns for them (null where a file has none or its commit does not qualify)
 BASE_ROW_ID, DEFAULT_ROW_COMMIT_VERSION = "base_row_id", "default_row_commit_version"
-_FIELDS = ("baseRowId", "defaultRowCommitVersion")
-# the file action behind each kind of change file
-_ACTION_OF_KIND = {"insert": "add", "vector": "add", "delete": "remove"}
 
 
 @dataclass(frozen=True)
@@ -56,58 +54,54 @@ def materialized_columns(protocol: Mapping[str, Any], configuration: Mapping[str
                          ) -> MaterializedColumns | None:
     """The materialized columns where row tracking is enabled, else None."""
     enabled = (FEATURE in (protocol.get("writerFeatures") or ())
-               and _true(configuration, ENABLE_KEY) and not _true(configuration, SUSPENDED_KEY))
+               and bool_property(configuration, ENABLE_KEY)
+               and not bool_property(configuration, SUSPENDED_KEY))
     names = configuration.get(ROW_ID_COLUMN_KEY), configuration.get(ROW_COMMIT_VERSION_COLUMN_KEY)
     return MaterializedColumns(*names) if enabled and all(names) else None
 
 
-def _true(configuration: Mapping[str, str], key: str) -> bool:
-    return str(configuration.get(key, "false")).lower() == "true"
-
-
 @dataclass
 class RowTrackingLog:
-    """The commits of a feed's range that have row tracking enabled: their file actions' text
-    (to read the two row-tracking fields of the few that rewrite files) and materialized
-    columns; and why the others have not."""
+    """The commits of a feed's range that have row tracking enabled (their materialized
+    columns), and why the others have not."""
 
-    texts: dict[int, bytes] = field(default_factory=dict)
     columns: dict[int, MaterializedColumns] = field(default_factory=dict)
     refused: dict[int, str] = field(default_factory=dict)  # version -> reason
 
     def take(self, version: int, protocol: Mapping[str, Any], configuration: Mapping[str, str],
-             actions: list[dict[str, Any]], text: bytes) -> None:
-        """Note commit ``version`` (its non-file ``actions`` and file actions' ``text``)."""
+             actions: list[dict[str, Any]]) -> None:
+        """Note commit ``version`` (its non-file ``actions``)."""
         columns = materialized_columns(protocol, configuration)
         if columns is None:
             self.refused[version] = "row tracking is not enabled (delta.enableRowTracking)"
             return
         info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
-        if str((info.get("tags") or {}).get(PRESERVED_TAG, "true")).lower() == "false":
+        if not bool_property(info.get("tags") or {}, PRESERVED_TAG, default=True):
             self.refused[version] = f"its writer did not preserve row ids ({PRESERVED_TAG})"
             return
         if info.get("operation") == "RESTORE":  # changed rows come back with older versions
             self.refused[version] = "RESTORE brings rows back with their earlier row versions"
             return
         self.columns[version] = columns
-        if b'"remove"' in text:  # only a commit that removes files can be a rewrite
-            self.texts[version] = text
 
     def fields_of(self, changes: pa.Table, rewrites: set[int]) -> tuple[pa.Table, set[int]]:
-        """``changes`` (a feed's change files, raw) with their ``base_row_id`` and
-        ``default_row_commit_version``, and which of the ``rewrites`` (versions of
-        copy-on-write commits) can be read by row id; logs why the others cannot."""
-        candidates = sorted(rewrites & self.texts.keys())
-        fields = _row_fields(changes, {v: self.texts[v] for v in candidates})
+        """``changes`` (a feed's change files, raw, with their actions' :data:`LOG_FIELDS`)
+        with ``base_row_id`` and ``default_row_commit_version`` for the files of the
+        ``rewrites`` (versions of copy-on-write commits) that can be read by row id (null for
+        the others), and which these are; logs why the others cannot."""
+        candidates = sorted(rewrites & self.columns.keys())
         versions = to_numpy(changes.column("version"))
-        missing = (to_numpy(fields[0].is_null()) | to_numpy(fields[1].is_null())) & np.isin(
-            versions, candidates)
+        fields = [changes.column(name) for name in LOG_FIELDS]
+        missing = np.isin(versions, candidates) & np.logical_or.reduce(
+            [to_numpy(values.is_null()) for values in fields])
         for version in np.unique(versions[missing]).tolist():
             self.refused[version] = "a changed file has no baseRowId or defaultRowCommitVersion"
         tracked = set(candidates) - set(np.unique(versions[missing]).tolist())
         self._log_refused(rewrites - tracked)
-        return (changes.append_column(BASE_ROW_ID, fields[0])
-                .append_column(DEFAULT_ROW_COMMIT_VERSION, fields[1]), tracked)
+        kept = from_numpy(np.isin(versions, sorted(tracked)))
+        for name, values in zip((BASE_ROW_ID, DEFAULT_ROW_COMMIT_VERSION), fields):
+            changes = changes.append_column(name, pc.if_else(kept, values, None))
+        return changes, tracked
 
     def _log_refused(self, versions: set[int]) -> None:
         reasons: dict[str, list[int]] = {}
@@ -118,45 +112,78 @@ class RowTrackingLog:
                      "row id: %s", ", ".join(map(str, listed)), reason)
 
 
-def _row_fields(changes: pa.Table, texts: Mapping[int, bytes]) -> tuple[pa.Array, pa.Array]:
-    """``baseRowId`` and ``defaultRowCommitVersion`` of each change file of ``texts``'
-    commits (null for the others), found by version, action and path as the log spells it."""
-    empty = pa.nulls(changes.num_rows, pa.int64())
-    if not texts:
-        return empty, empty
-    actions = _file_actions(texts)
-    wanted = _keys(changes.column("version"), _actions_of(changes.column("kind")),
-                   changes.column("path"))
-    at = pc.index_in(wanted, value_set=_keys(actions["version"], actions["action"],
-                                             actions["path"]))
-    return tuple(actions[name].take(at) for name in _FIELDS)
+# -- removed rows to report, from runs of row ids ----------------------------------------------
+
+@dataclass(frozen=True)
+class ReportedRows:
+    """Rows of removed entries (files, or a file's newly masked rows) that a rewrite did not
+    copy, by entry: their positions in the file and whether each is an update's old image."""
+
+    entry: np.ndarray
+    row_index: np.ndarray
+    preimage: np.ndarray
 
 
-def _actions_of(kinds: pa.ChunkedArray) -> pa.Array:
-    """The file action behind each change file's kind (``cdc`` files have none)."""
-    names = list(_ACTION_OF_KIND)
-    at = pc.index_in(kinds, value_set=pa.array(names))
-    return pa.array([*_ACTION_OF_KIND.values()]).take(at)
+def reported_removed_rows(runs: pa.Table, removed: np.ndarray, versions: np.ndarray
+                          ) -> ReportedRows | None:
+    """The removed rows of copy-on-write commits that are deletes or update preimages, found
+    from runs of row ids; None when a run is not whole (the caller then joins ids).
+
+    ``runs`` has a row per group of rows of an entry whose id minus position is ``offset``:
+    ``entry``, ``offset``, ``updated`` (the position of an updated row, a group of its own;
+    null for the others), ``first`` and ``last`` position, ``rows``. ``removed[e]`` says
+    whether entry ``e`` is a removed one, ``versions[e]`` its commit. Ids come in ranges
+    (copies keep theirs and their order), so per commit the removed ids not among the added
+    ones are found by ranges, not id by id; an updated id gives its removed row as preimage.
+    """
+    whole = runs.group_by(["entry", "offset"]).aggregate(
+        [("first", "min"), ("last", "max"), ("rows", "sum")])
+    entry, offset = to_numpy(whole["entry"]), to_numpy(whole["offset"])
+    low, high = offset + to_numpy(whole["first_min"]), offset + to_numpy(whole["last_max"])
+    if np.any(to_numpy(whole["rows_sum"]) != high - low + 1):
+        return None  # a group with gaps: its ids are not one range
+    updated = runs.filter(pc.is_valid(runs["updated"]))
+    updated_ids = to_numpy(updated["offset"]) + to_numpy(updated["updated"])
+    updated_versions = versions[to_numpy(updated["entry"])]
+    parts = []
+    for version in np.unique(versions[entry]).tolist():
+        side = versions[entry] == version
+        gone, kept = side & removed[entry], side & ~removed[entry]
+        ids = _ids_of(*_difference(low[gone], high[gone], low[kept], high[kept]))
+        parts.append(_positions(ids, False, entry[gone], offset[gone], low[gone], high[gone]))
+        parts.append(_positions(updated_ids[updated_versions == version], True, entry[gone],
+                                offset[gone], low[gone], high[gone]))
+    return ReportedRows(*(np.concatenate([p[i] for p in parts]) if parts else
+                          np.zeros(0, dtype) for i, dtype in enumerate((np.int64, np.int64, bool))))
 
 
-def _keys(versions: Any, actions: Any, paths: Any) -> pa.Array:
-    return pc.binary_join_element_wise(pc.cast(versions, pa.string()), actions, paths,
-                                       scalar("\x00"))
+def _difference(low: np.ndarray, high: np.ndarray, other_low: np.ndarray,
+                other_high: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The id ranges (inclusive) of disjoint ranges ``low..high`` not in disjoint
+    ``other_low..other_high``."""
+    points = np.unique(np.concatenate([low, high + 1, other_low, other_high + 1]))
+    starts, ends = points[:-1], points[1:] - 1
+    inside = _cover(starts, low, high) & ~_cover(starts, other_low, other_high)
+    return starts[inside], ends[inside]
 
 
-def _file_actions(texts: Mapping[int, bytes]) -> dict[str, pa.Array]:
-    """The add and remove actions of the commits: version, action, path and the two fields."""
-    action_type = pa.struct([("path", pa.string()), *((name, pa.int64()) for name in _FIELDS)])
-    columns: dict[str, list[pa.Array]] = {k: [] for k in ("version", "action", "path", *_FIELDS)}
-    for version, text in texts.items():
-        table = pj.read_json(io.BytesIO(text), parse_options=pj.ParseOptions(
-            explicit_schema=pa.schema([("add", action_type), ("remove", action_type)]),
-            unexpected_field_behavior="ignore"))
-        for action in ("add", "remove"):
-            values = table.column(action).combine_chunks()
-            values = values.filter(values.is_valid())
-            columns["version"].append(from_numpy(np.full(len(values), version, np.int64)))
-            columns["action"].append(pa.array([action] * len(values), pa.string()))
-            for name in ("path", *_FIELDS):
-                columns[name].append(values.field(name))
-    return {name: pa.concat_arrays(parts) for name, parts in columns.items()}
+def _cover(points: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
+    """Whether each point lies in one of the disjoint ranges ``low..high``."""
+    return (np.searchsorted(np.sort(low), points, "right")
+            - np.searchsorted(np.sort(high + 1), points, "right")) > 0
+
+
+def _ids_of(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    lengths = ends - starts + 1
+    return np.arange(lengths.sum()) + np.repeat(starts - np.cumsum(lengths) + lengths, lengths)
+
+
+def _positions(ids: np.ndarray, preimage: bool, entry: np.ndarray, offset: np.ndarray,
+               low: np.ndarray, high: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The entries and positions of the ``ids`` that lie in the removed ranges."""
+    order = np.argsort(low)
+    at = order[np.maximum(np.searchsorted(low[order], ids, "right") - 1, 0)] if len(low) else (
+        np.zeros(len(ids), np.int64))
+    inside = (ids >= low[at]) & (ids <= high[at]) if len(low) else np.zeros(len(ids), bool)
+    at, ids = at[inside], ids[inside]
+    return entry[at], ids - offset[at], np.full(len(ids), preimage)

@@ -21,7 +21,6 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable
 from dataclasses import replace
-from functools import reduce
 
 import numpy as np
 import pyarrow as pa
@@ -44,7 +43,7 @@ from airflow_provider_delta.spark.deletion_vectors import deleted_rows
 from airflow_provider_delta.spark.handoff import select_sql
 from airflow_provider_delta.spark.reader import read_plan
 from airflow_provider_delta.spark.row_id_changes import row_id_changes
-from airflow_provider_delta.spark.schema import logical_schema, quoted
+from airflow_provider_delta.spark.schema import logical_schema, quoted, union_by_name
 
 _CDF_FIELDS = (
     {"name": CHANGE_TYPE, "type": "string", "nullable": True, "metadata": {}},
@@ -85,14 +84,14 @@ def read_feed(
     frames = reader.frames([c for c in feed.commits if not c.net])
     netted = reader.frames([c for c in feed.commits if c.net and not c.row_tracking])
     if netted:
-        frames.append(_net_changes(spark, _union(netted)))
+        frames.append(_net_changes(spark, union_by_name(netted)))
     schema = logical_schema(_with_cdf_columns(feed.metadata, tagged=()))
     tracked = [c for c in feed.commits if c.row_tracking]
     if tracked:  # copy-on-write commits that row ids pair: nothing compared row by row
         frames.append(row_id_changes(reader, tracked, schema.names))
     if not frames:
         return spark.createDataFrame([], schema)
-    return select_sql(spark, _union(frames), [quoted(name) for name in schema.names])
+    return select_sql(spark, union_by_name(frames), [quoted(name) for name in schema.names])
 
 
 def snapshot_as_inserts(df: DataFrame, version: int, timestamp_ms: int) -> DataFrame:
@@ -329,7 +328,3 @@ def _comparable(column: Column, data_type: DataType) -> Column:
 def _by_key(left: Column, right: Column) -> Column:
     return (F.when(left["key"] < right["key"], -1)
             .when(left["key"] > right["key"], 1).otherwise(0))
-
-
-def _union(frames: list[DataFrame]) -> DataFrame:
-    return reduce(DataFrame.unionByName, frames)

@@ -6,37 +6,51 @@ and its ``defaultRowCommitVersion``; PROTOCOL.md, "Row Tracking"). An added row 
 version is its commit's was written by it: an ``insert`` where its id is fresh (not
 materialized), else an ``update_postimage``; the others were only copied. A removed row whose id
 the commit did not copy is a ``delete``, or the ``update_preimage`` of an updated id. These are
-the rows Delta's CDF reader gives for such commits; nothing is compared column by column, and
-only the narrow (version, id) keys are joined to find the removed rows to report.
+the rows Delta's CDF reader gives for such commits; nothing is compared column by column.
+
+Ids come in ranges: a file's rows have consecutive ids unless materialized, and a rewrite keeps
+copied rows in order. So the entries' narrow columns (the two materialized ones and each row's
+position, no data column) are reduced by Spark to groups of rows whose id minus position is
+the same, few per file; on the driver these ranges give the removed rows to report
+(:func:`~airflow_provider_delta.core.row_tracking.reported_removed_rows`), which are then read
+by position, and only added files holding rows of their commit's version are read in full.
+Where groups have gaps or are too many, the ids are joined by Spark instead.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
-from functools import reduce
 from itertools import groupby
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from airflow_provider_delta.core.arrow import from_numpy, to_numpy
 from airflow_provider_delta.core.change_feed import (
     CHANGE_TYPE, COMMIT_VERSION, DELETE, INSERT, VECTOR, CommitChanges,
 )
 from airflow_provider_delta.core.model import TableMetadata
 from airflow_provider_delta.core.row_tracking import (
-    BASE_ROW_ID, DEFAULT_ROW_COMMIT_VERSION, MaterializedColumns,
+    BASE_ROW_ID, DEFAULT_ROW_COMMIT_VERSION, MaterializedColumns, ReportedRows,
+    reported_removed_rows,
 )
-from airflow_provider_delta.spark.schema import quoted
+from airflow_provider_delta.spark.handoff import select_sql
+from airflow_provider_delta.spark.schema import quoted, union_by_name
 
 UPDATE_PREIMAGE, UPDATE_POSTIMAGE = "update_preimage", "update_postimage"
 _ROW_ID, _ROW_VERSION = "__delta_provider_row_id", "__delta_provider_row_commit_version"
 _ROW_INDEX = "__delta_provider_row_position"
 _PAIRED = "__delta_provider_paired"
+_ENTRY = "__delta_provider_entry"
+_WRITTEN_AT = "__delta_provider_written_at"  # an added file's commit version
+_SPARSE = "__delta_provider_sparse"  # a vector change's entry: some rows of a file
 _FILE_TAGS = (BASE_ROW_ID, DEFAULT_ROW_COMMIT_VERSION)
 _LONG = {"type": "long", "nullable": True, "metadata": {}}
-_MAX_COLLECTED = 1 << 20  # removed rows to report (16 bytes each) picked by a broadcast
+# removed rows to report (16 bytes each) picked by a broadcast; runs of ids collected
+_MAX_COLLECTED = 1 << 20
 
 
 def row_id_changes(reader, commits: list[CommitChanges], feed_columns: list[str]) -> DataFrame:
@@ -45,26 +59,134 @@ def row_id_changes(reader, commits: list[CommitChanges], feed_columns: list[str]
     frames = []
     by_columns = sorted(commits, key=lambda c: (c.row_tracking.row_id, c.version))
     for columns, group in groupby(by_columns, key=lambda c: c.row_tracking):
-        rows = _keyed_rows(reader, list(group), columns)
-        frames.append(_typed_changes(reader.spark, rows, columns).select(
-            *(quoted(n) for n in feed_columns)))
-    return _union(frames)
+        frames += _changes(reader, list(group), columns)
+    return union_by_name([frame.select(*(quoted(n) for n in feed_columns))
+                          for frame in frames])
 
 
-def _keyed_rows(reader, commits: list[CommitChanges], columns: MaterializedColumns
-                ) -> DataFrame:
-    """Every row of the commits' removed (``delete``) and added (``insert``) sides, with its
-    row id and row commit version."""
+def _changes(reader, commits: list[CommitChanges], columns: MaterializedColumns
+             ) -> list[DataFrame]:
+    """The reported rows of the commits: by ranges of row ids where they come in ranges (see
+    :func:`~airflow_provider_delta.core.row_tracking.reported_removed_rows`), else by a join
+    of the ids."""
     files, metadata = reader.tagged_files(commits)
-    files = _with_file_tags(files)
-    kind = files.column("kind")
-    whole = files.filter(pc.is_in(kind, value_set=pa.array([INSERT, DELETE])))
-    vectors, vector_rows = reader.vector_changes(files.filter(pc.equal(kind, VECTOR)))
-    metadata = _with_row_columns(metadata, columns)
-    sides = [reader.read_files(part, metadata, list(metadata.partition_columns),
-                               only_rows=rows, row_index=_ROW_INDEX)
-             for part, rows in ((whole, None), (vectors, vector_rows)) if len(part)]
-    rows = _union(sides)
+    entries = _Entries(reader, files)
+    tracked = _with_row_columns(metadata, columns)
+    runs = _small(_id_runs(reader.spark, entries.narrow(tracked, columns), columns))
+    runs = None if runs is None else entries.runs(runs)
+    reported = None if runs is None else reported_removed_rows(
+        runs, to_numpy(pc.equal(entries.tag(CHANGE_TYPE), DELETE)),
+        to_numpy(entries.tag(COMMIT_VERSION)))
+    if reported is None:
+        return [_typed_changes(reader.spark, entries.keyed(tracked, columns), columns)]
+    current = np.unique(to_numpy(runs["entry"].filter(runs["current"])))
+    return [*entries.removed_rows(metadata, reported),
+            *entries.added_rows(tracked, columns, current)]
+
+
+class _Entries:
+    """The commits' removed and added files, and the rows of files a vector change masks or
+    unmasks, numbered (an entry each) as the runs of row ids name them; each with its
+    row-tracking fields among its partition values (the reader attaches those to its
+    rows)."""
+
+    def __init__(self, reader, files: pa.Table):
+        self.reader = reader
+        files = _with_tags(files, {name: files.column(name).combine_chunks()
+                                   for name in _FILE_TAGS})
+        kind = files.column("kind")
+        whole = files.filter(pc.is_in(kind, value_set=pa.array([INSERT, DELETE])))
+        vectors, vector_rows = reader.vector_changes(files.filter(pc.equal(kind, VECTOR)))
+        self.whole = len(whole)
+        self.rows = {self.whole + i: rows for i, rows in vector_rows.items()}
+        change = whole.column("partition_values").combine_chunks().field(CHANGE_TYPE)
+        # the change type last among the tags, as in the vector changes
+        self.all = pa.concat_tables([_with_tags(whole, {CHANGE_TYPE: change}), vectors])
+
+    def tag(self, name: str) -> pa.Array:
+        return self.all.column("partition_values").combine_chunks().field(name)
+
+    def _read(self, metadata: TableMetadata, positions: np.ndarray, *, files=None,
+              only_rows: dict[int, np.ndarray] | None = None, **options) -> DataFrame:
+        """The entries at ``positions`` read with ``metadata`` (whose partition columns are
+        among their partition values): whole files without ``only_rows`` of theirs (deletion
+        vectors applied), the others only at those rows (vector changes: at their own)."""
+        files = self.all if files is None else files
+        only_rows = {**{p: r for p, r in self.rows.items() if p not in (only_rows or {})},
+                     **(only_rows or {})}
+        only = np.isin(positions, list(only_rows))
+        reads = [self.reader.read_files(
+            files.take(from_numpy(chosen)), metadata, list(metadata.partition_columns),
+            only_rows=rows and {i: rows[p] for i, p in enumerate(chosen.tolist())}, **options)
+            for chosen, rows in ((positions[~only], None), (positions[only], only_rows))
+            if len(chosen)]
+        return union_by_name(reads)
+
+    def narrow(self, tracked: TableMetadata, columns: MaterializedColumns) -> DataFrame:
+        """Every entry's rows as the materialized columns, the row's position, and per entry
+        its number, ``defaultRowCommitVersion`` and for added ones their commit's version:
+        no data column."""
+        fields = {f["name"]: f for f in tracked.schema["fields"]}
+        tags = (_ENTRY, DEFAULT_ROW_COMMIT_VERSION, _WRITTEN_AT, _SPARSE)
+        narrow = replace(tracked, schema={**tracked.schema, "fields": [
+            *(fields[n] for n in (columns.row_id, columns.row_commit_version)),
+            *({"name": name, **_LONG} for name in tags[:-1]),
+            {"name": _SPARSE, "type": "boolean", "nullable": True, "metadata": {}}]},
+            partition_columns=tags)
+        added = pc.equal(self.tag(CHANGE_TYPE), INSERT)
+        numbered = _with_tags(self.all, {
+            _ENTRY: pa.array(np.arange(len(self.all))),
+            _WRITTEN_AT: pc.if_else(added, self.tag(COMMIT_VERSION), None),
+            _SPARSE: pa.array(np.arange(len(self.all)) >= self.whole)})
+        return self._read(narrow, np.arange(len(self.all)), files=numbered,
+                          row_index=_ROW_INDEX)
+
+    def runs(self, groups: pa.Table) -> pa.Table:
+        """The groups of :func:`_id_runs` completed with their entries' tags: ids that are
+        not materialized are the file's ``baseRowId`` plus the position; an added row at its
+        commit's version with a preserved id is ``updated``."""
+        base = to_numpy(self.tag(BASE_ROW_ID))[to_numpy(groups["entry"])]
+        updated = pc.and_(groups["offset"].is_valid(), groups["current"])
+        return pa.table({
+            "entry": groups["entry"], "offset": pc.fill_null(groups["offset"], pa.array(base)),
+            "updated": pc.if_else(updated, groups["position"], None),
+            "first": groups["first"], "last": groups["last"], "rows": groups["rows"],
+            "current": groups["current"]})
+
+    def keyed(self, tracked: TableMetadata, columns: MaterializedColumns) -> DataFrame:
+        """Every row of the entries with its row id and row commit version."""
+        return _with_ids(self._read(tracked, np.arange(len(self.all)), row_index=_ROW_INDEX),
+                         columns)
+
+    def removed_rows(self, metadata: TableMetadata, reported: ReportedRows) -> list[DataFrame]:
+        """The reported removed rows, read at their positions, typed per change."""
+        reads = []
+        for preimage, change in ((False, DELETE), (True, UPDATE_PREIMAGE)):
+            picked = reported.preimage == preimage
+            order = np.argsort(reported.entry[picked], kind="stable")
+            entry, rows = reported.entry[picked][order], reported.row_index[picked][order]
+            positions, starts = np.unique(entry, return_index=True)
+            if len(positions):
+                typed = _with_tags(self.all, {CHANGE_TYPE: pa.array(
+                    [change] * len(self.all), pa.string())})
+                reads.append(self._read(metadata, positions, files=typed, only_rows=dict(
+                    zip(positions.tolist(), np.split(rows, starts[1:])))))
+        return reads
+
+    def added_rows(self, tracked: TableMetadata, columns: MaterializedColumns,
+                   current: np.ndarray) -> list[DataFrame]:
+        """The rows the commits wrote (their row commit version is the commit's) from the
+        added entries holding some: ``insert`` where the id is fresh, else
+        ``update_postimage``."""
+        if not len(current):
+            return []
+        rows = _with_ids(self._read(tracked, current, row_index=_ROW_INDEX), columns)
+        return [rows.where(F.col(_ROW_VERSION) == F.col(COMMIT_VERSION)).withColumn(
+            CHANGE_TYPE, F.when(F.col(quoted(columns.row_id)).isNull(), F.lit(INSERT))
+            .otherwise(UPDATE_POSTIMAGE))]
+
+
+def _with_ids(rows: DataFrame, columns: MaterializedColumns) -> DataFrame:
     return rows.select(
         "*",
         F.coalesce(F.col(quoted(columns.row_id)),
@@ -72,6 +194,43 @@ def _keyed_rows(reader, commits: list[CommitChanges], columns: MaterializedColum
         F.coalesce(F.col(quoted(columns.row_commit_version)),
                    F.col(DEFAULT_ROW_COMMIT_VERSION)).alias(_ROW_VERSION),
     )
+
+
+def _id_runs(spark, narrow: DataFrame, columns: MaterializedColumns) -> DataFrame:
+    """The entries' rows grouped where their materialized id minus their position is the
+    same (null where not materialized), each row an added entry's commit wrote (``current``)
+    or of a vector change (both few) on its own with its ``position``: per group its first
+    and last position and rows.
+    Each task reduces its rows to a few groups before the shuffle; :meth:`_Entries.runs`
+    completes them with the files' tags."""
+    row_id, row_version = quoted(columns.row_id), quoted(columns.row_commit_version)
+    current = select_sql(spark, narrow, [
+        f"{_ENTRY} AS entry", f"{row_id} - {_ROW_INDEX} AS offset", _ROW_INDEX, _SPARSE,
+        f"coalesce(coalesce({row_version}, {DEFAULT_ROW_COMMIT_VERSION}) = {_WRITTEN_AT}, "
+        "false) AS current"])
+    keyed = select_sql(spark, current, [
+        "entry", "offset", "current", _ROW_INDEX,
+        f"CASE WHEN current OR {_SPARSE} THEN {_ROW_INDEX} END AS position"])
+    return keyed.groupBy("entry", "offset", "position", "current").agg(
+        F.min(_ROW_INDEX).alias("first"), F.max(_ROW_INDEX).alias("last"),
+        F.count(F.lit(1)).alias("rows"))
+
+
+def _small(runs: DataFrame) -> pa.Table | None:
+    """The runs on the driver, or None if there are too many to be worth it."""
+    table = runs.limit(_MAX_COLLECTED + 1).toArrow()
+    return None if table.num_rows > _MAX_COLLECTED else table
+
+
+def _with_tags(files: pa.Table, tags: dict[str, pa.Array]) -> pa.Table:
+    """The files with ``tags`` set among their partition values (which the reader attaches
+    to their rows)."""
+    values = files.column("partition_values").combine_chunks()
+    kept = {n: values.field(n) for n in values.type.names if n not in tags}
+    merged = {**kept, **tags}
+    return files.set_column(
+        files.schema.get_field_index("partition_values"), "partition_values",
+        pa.StructArray.from_arrays(list(merged.values()), names=list(merged)))
 
 
 def _typed_changes(spark, rows: DataFrame, columns: MaterializedColumns) -> DataFrame:
@@ -106,18 +265,6 @@ def _small_table(spark, keys: DataFrame) -> DataFrame:
     return F.broadcast(spark.createDataFrame(table, schema=keys.schema))
 
 
-def _with_file_tags(files: pa.Table) -> pa.Table:
-    """The files with their row-tracking fields among their partition values, which the
-    reader attaches to their rows."""
-    values = files.column("partition_values").combine_chunks()
-    names = [*values.type.names, *_FILE_TAGS]
-    return files.set_column(
-        files.schema.get_field_index("partition_values"), "partition_values",
-        pa.StructArray.from_arrays([*(values.field(n) for n in values.type.names),
-                                    *(files.column(n).combine_chunks() for n in _FILE_TAGS)],
-                                   names=names))
-
-
 def _with_row_columns(metadata: TableMetadata, columns: MaterializedColumns) -> TableMetadata:
     """The feed's read metadata plus the hidden materialized columns (read by their physical
     names; null in files without them) and the files' row-tracking fields as tags."""
@@ -129,7 +276,3 @@ def _with_row_columns(metadata: TableMetadata, columns: MaterializedColumns) -> 
     schema = {**metadata.schema, "fields": [*metadata.schema["fields"], *hidden, *tags]}
     return replace(metadata, schema=schema,
                    partition_columns=(*metadata.partition_columns, *_FILE_TAGS))
-
-
-def _union(frames: list[DataFrame]) -> DataFrame:
-    return reduce(DataFrame.unionByName, frames)

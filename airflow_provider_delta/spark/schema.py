@@ -8,10 +8,11 @@ so PySpark's parser does the type mapping. What Delta adds is column mapping: wi
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from functools import reduce
 from typing import Any
 
-from pyspark.sql import Column
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, MapType, StructField, StructType
 
@@ -151,3 +152,8 @@ def _physical_type(data_type: DataType, mode: str) -> DataType:
 def quoted(name: str) -> str:
     """Quote a top-level column name so dots and spaces are not read as nesting."""
     return "`" + name.replace("`", "``") + "`"
+
+
+def union_by_name(frames: Sequence[DataFrame]) -> DataFrame:
+    """The rows of ``frames`` (at least one), columns matched by name."""
+    return reduce(DataFrame.unionByName, frames)

@@ -9,10 +9,14 @@ import json
 import logging
 from pathlib import Path
 
+import numpy as np
+import pyarrow as pa
 import pytest
 
 from airflow_provider_delta.core import plan_change_feed
-from airflow_provider_delta.core.row_tracking import MaterializedColumns, materialized_columns
+from airflow_provider_delta.core.row_tracking import (
+    MaterializedColumns, materialized_columns, reported_removed_rows,
+)
 
 _COLUMNS = {"delta.rowTracking.materializedRowIdColumnName": "_row-id",
             "delta.rowTracking.materializedRowCommitVersionColumnName": "_row-version"}
@@ -91,3 +95,40 @@ def test_row_tracking_needs_the_writer_feature():
         "_row-id", "_row-version")
     assert materialized_columns({**_PROTOCOL, "writerFeatures": ["domainMetadata"]},
                                 _ENABLED) is None
+
+
+def _runs(*groups: tuple) -> pa.Table:
+    """Runs of row ids as the Spark layer reduces them: (entry, offset, updated, first, last,
+    rows) per group."""
+    names = ("entry", "offset", "updated", "first", "last", "rows")
+    return pa.table({name: pa.array([g[i] for g in groups], pa.int64())
+                     for i, name in enumerate(names)})
+
+
+def _reported(runs: pa.Table, removed: list[bool], versions: list[int]) -> list[tuple]:
+    found = reported_removed_rows(runs, np.array(removed), np.array(versions))
+    return None if found is None else sorted(zip(found.entry.tolist(), found.row_index.tolist(),
+                                                  found.preimage.tolist()))
+
+
+def test_removed_rows_come_from_ranges_of_row_ids():
+    # commit 5 rewrites file 0 (ids 100..199): deletes id 107, updates id 150 (same position
+    # in the copy), copies the rest; commit 6 rewrites file 2 (ids 300..309, materialized
+    # out of order) into file 3 and deletes nothing
+    runs = _runs(
+        (0, 100, None, 0, 99, 100),
+        (1, 100, None, 0, 6, 7), (1, 101, None, 7, 98, 91), (1, 101, 49, 49, 49, 1),
+        (2, 305, None, 0, 4, 5), (2, 295, None, 5, 9, 5),
+        (3, 300, None, 0, 9, 10),
+    )
+    assert _reported(runs, [True, False, True, False], [5, 5, 6, 6]) == [
+        (0, 7, False), (0, 50, True)]
+    # the same ids copied by another commit do not count
+    assert _reported(runs, [True, False, True, False], [5, 6, 6, 6]) == [
+        (0, i, False) for i in range(100)]
+
+
+def test_ranges_with_gaps_are_left_to_a_join():
+    # rows at positions 0..4 and 8..9 share an offset, positions 5..7 do not: no one range
+    runs = _runs((0, 0, None, 0, 9, 7), (0, 3, None, 5, 7, 3), (1, 0, None, 0, 9, 10))
+    assert _reported(runs, [True, False], [1, 1]) is None

@@ -13,7 +13,7 @@ import pytest
 
 from airflow_provider_delta.core import plan_change_feed
 from airflow_provider_delta.job.driver import run_job
-from airflow_provider_delta.spark import change_feed
+from airflow_provider_delta.spark import change_feed, row_id_changes
 from airflow_provider_delta.spark.change_feed import read_change_feed
 from tests.delta_spark.conftest import needs_delta_jars
 from tests.operators.test_differential import spec_of
@@ -79,8 +79,9 @@ def twins(delta_spark, tmp_path):
     shutil.rmtree(tmp_path, ignore_errors=True)
 
 
-def test_feed_by_row_id_equals_deltas_change_data_feed(delta_spark, twins):
+def test_feed_by_row_id_equals_deltas_change_data_feed(delta_spark, twins, monkeypatch):
     reference, tracked = twins
+    joined = _count_calls(monkeypatch, row_id_changes, "_typed_changes")
     expected = _deltas_feed(delta_spark, reference, 1)
     assert {key[3] for key in expected} == {
         "insert", "delete", "update_preimage", "update_postimage"}
@@ -88,17 +89,27 @@ def test_feed_by_row_id_equals_deltas_change_data_feed(delta_spark, twins):
     assert ours.columns == ["id", "v", "p", "_change_type", "_commit_version",
                             "_commit_timestamp"]  # no row-tracking column leaks
     assert _feed(ours) == expected
+    by_join = {}
     for start in (3, 4, 7, 8, 9):  # single commits too: each kind of rewrite on its own
+        before = len(joined)
         assert _feed(read_change_feed(delta_spark, tracked, start, start)) == Counter(
             {k: n for k, n in expected.items() if k[4] == start}), start
+        by_join[start] = len(joined) > before
+    # copy-on-write commits are read by ranges of row ids; where a removed file has a
+    # deletion vector (7, 8: gaps in its ranges) the ids are joined
+    assert by_join == {3: False, 4: False, 7: True, 8: True, 9: False}
+
+
+def _count_calls(monkeypatch, module, name: str) -> list:
+    """The calls of ``module.name``, counted (it still runs)."""
+    calls, real = [], getattr(module, name)
+    monkeypatch.setattr(module, name, lambda *args: calls.append(args) or real(*args))
+    return calls
 
 
 def _count_netting(monkeypatch) -> list:
     """The calls of the netting diff, counted (it still runs)."""
-    calls, real = [], change_feed._net_changes
-    monkeypatch.setattr(change_feed, "_net_changes",
-                        lambda *args: calls.append(args) or real(*args))
-    return calls
+    return _count_calls(monkeypatch, change_feed, "_net_changes")
 
 
 def test_merge_target_stays_equal_to_a_row_tracking_source(
