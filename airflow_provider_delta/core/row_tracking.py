@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_provider_delta.core.arrow import from_numpy, to_numpy
+from airflow_provider_delta.core.arrow import from_numpy, nulls, to_numpy
 from airflow_provider_delta.core.protocol import bool_property
 
 log = logging.getLogger(__name__)
@@ -99,8 +99,9 @@ class RowTrackingLog:
         tracked = set(candidates) - set(np.unique(versions[missing]).tolist())
         self._log_refused(rewrites - tracked)
         kept = from_numpy(np.isin(versions, sorted(tracked)))
+        none = nulls(pa.int64(), len(versions))
         for name, values in zip((BASE_ROW_ID, DEFAULT_ROW_COMMIT_VERSION), fields):
-            changes = changes.append_column(name, pc.if_else(kept, values, None))
+            changes = changes.append_column(name, pc.if_else(kept, values, none))
         return changes, tracked
 
     def _log_refused(self, versions: set[int]) -> None:
@@ -153,8 +154,9 @@ def reported_removed_rows(runs: pa.Table, removed: np.ndarray, versions: np.ndar
         parts.append(_positions(ids, False, entry[gone], offset[gone], low[gone], high[gone]))
         parts.append(_positions(updated_ids[updated_versions == version], True, entry[gone],
                                 offset[gone], low[gone], high[gone]))
-    return ReportedRows(*(np.concatenate([p[i] for p in parts]) if parts else
-                          np.zeros(0, dtype) for i, dtype in enumerate((np.int64, np.int64, bool))))
+    dtypes = (np.int64, np.int64, bool)
+    return ReportedRows(*(np.concatenate([p[i] for p in parts]) if parts else np.zeros(0, dtype)
+                          for i, dtype in enumerate(dtypes)))
 
 
 def _difference(low: np.ndarray, high: np.ndarray, other_low: np.ndarray,
