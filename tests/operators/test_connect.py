@@ -11,8 +11,10 @@ import threading
 from collections import Counter
 import time
 
+import pyarrow as pa
 import pytest
 from airflow.sdk import DAG
+from deltalake import DeltaTable, write_deltalake
 
 from airflow_provider_delta.errors import SparkConnectError, SparkConnectUnavailableError
 from airflow_provider_delta.job.connect import ConnectJob
@@ -238,3 +240,27 @@ def test_on_kill_interrupts_the_running_job(connect_server, monkeypatch, source,
         assert check.range(100).count() == 100 and time.monotonic() - started < 30
     finally:
         check.stop()
+
+
+def test_a_partitioned_source_feeds_its_partition_values_over_connect(
+        connect_server, monkeypatch, run_dag, task_states, tmp_path):
+    # Connect's scan lists paths, so each row finds its file's partition values by path there
+    source, target = str(tmp_path / "source"), str(tmp_path / "target")
+    rows = pa.table({"id": pa.array(range(12), pa.int64()), "p": [f"p{i % 4}" for i in range(12)]})
+    write_deltalake(source, rows, partition_by=["p"])
+    with DAG("connect_partitioned_feed", schedule=None) as dag:
+        DeltaIncrementalOperator(
+            task_id="load", table_uri=source, target=target,
+            conn_id=connect_connection(monkeypatch, connect_server.port),
+            watermark_store="variable", watermark_key="wm_connect_partitioned",
+            initial="earliest", change_feed=True, sink="delta-merge", merge_keys=["id"])
+    assert task_states(run_dag(dag)) == {"load": "success"}
+    assert delta_rows(target) == delta_rows(source)
+
+    write_deltalake(source, pa.table({"id": pa.array([20, 21], pa.int64()), "p": ["p1", "p9"]}),
+                    mode="append")
+    table = DeltaTable(source)
+    table.update(updates={"id": "id + 100"}, predicate="p = 'p2'")  # copy-on-write rewrite
+    table.delete("id = 3")
+    assert task_states(run_dag(dag)) == {"load": "success"}
+    assert delta_rows(target) == delta_rows(source)
