@@ -35,6 +35,7 @@ import logging
 import os
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
+from importlib import resources
 from pathlib import Path
 
 import numpy as np
@@ -107,7 +108,7 @@ def compiled_index_class(spark: SparkSession) -> object | None:
     """``PlanFileIndex`` compiled in the driver's JVM, or None (logged) where it does not
     compile, e.g. a Spark whose ``FileIndex`` differs."""
     jvm = spark._jvm
-    source = (Path(__file__).parent / "PlanFileIndex.java").read_text(encoding="utf-8")
+    source = index_source()
     try:
         compiler = jvm.org.codehaus.janino.SimpleCompiler()
         compiler.setParentClassLoader(jvm.org.apache.spark.util.Utils.getContextOrSparkClassLoader())
@@ -117,6 +118,12 @@ def compiled_index_class(spark: SparkSession) -> object | None:
         log.warning("PlanFileIndex does not compile in this JVM (%s); plans reach Spark as "
                     "_spark_metadata logs, slower for many files", error)
         return None
+
+
+def index_source() -> str:
+    """``PlanFileIndex.java``'s text, also where the package is imported from a zip (the one
+    spark-submit ships in ``py_files``)."""
+    return resources.files(__package__).joinpath("PlanFileIndex.java").read_text(encoding="utf-8")
 
 
 def log_scans(reader: DataFrameReader, spark_paths: pa.Array, sizes: pa.Array

@@ -55,11 +55,11 @@ class WorkerThread:
 
     def __init__(self, clock: Clock, name: str):
         self._clock = clock
-        self._name = name
+        self._thread_name = name
         self._woken = threading.Event()
 
     def start(self, run: Callable[[], None]) -> None:
-        threading.Thread(target=run, name=self._name, daemon=True).start()
+        threading.Thread(target=run, name=self._thread_name, daemon=True).start()
 
     def wake(self) -> None:
         self._woken.set()

@@ -149,3 +149,21 @@ def test_a_plan_split_into_log_scans_reads_every_file_once(spark, tmp_path, monk
     assert spark_rows(snapshot) == _rows(range(FILES), {0: DELETED})
     assert spark_rows(read_changes(spark, path, 1, 2, ignore_changes=True)) == (
         _rows(range(FILES)) + _rows(range(1), {0: DELETED}))
+
+
+def test_the_index_source_is_read_from_the_zip_spark_submit_ships(tmp_path):
+    import subprocess
+    import sys
+
+    from airflow_provider_delta.job.submit import JobFolder
+
+    folder = JobFolder(None, None)
+    try:
+        code = ("import airflow_provider_delta.spark.file_index as m; "
+                "assert '.zip' in m.__file__, m.__file__; "
+                "print('class PlanFileIndex' in m.index_source())")
+        ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             cwd=tmp_path, env={"PYTHONPATH": folder.package_zip()})
+        assert ran.stdout.strip() == "True", ran.stderr
+    finally:
+        folder.remove()
