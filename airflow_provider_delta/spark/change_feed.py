@@ -19,7 +19,7 @@ pairing is a guess). Where the table has row tracking, row ids pair them exactly
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 import numpy as np
@@ -281,26 +281,25 @@ def _kept(spark: SparkSession, signed: DataFrame, columns: list[str], keys: str)
 def _exact(data_type: DataType) -> bool:
     """Whether values equal as Spark groups them are the same value: not floats (-0.0 groups
     with 0.0), maps, VARIANT or strings of a collation other than binary."""
-    if isinstance(data_type, (FloatType, DoubleType, MapType, VariantType)):
-        return False
-    if isinstance(data_type, StringType):
-        return getattr(data_type, "collation", "UTF8_BINARY") == "UTF8_BINARY"
-    if isinstance(data_type, ArrayType):
-        return _exact(data_type.elementType)
-    if isinstance(data_type, StructType):
-        return all(_exact(f.dataType) for f in data_type.fields)
-    return True
+    return _every_type(data_type, lambda kind: not (
+        isinstance(kind, (FloatType, DoubleType, MapType, VariantType))
+        or isinstance(kind, StringType)
+        and getattr(kind, "collation", "UTF8_BINARY") != "UTF8_BINARY"))
 
 
 def _groupable(data_type: DataType) -> bool:
     """Whether Spark groups values of this type faithfully (no maps, no VARIANT inside)."""
-    if isinstance(data_type, (MapType, VariantType)):
-        return False
+    return _every_type(data_type, lambda kind: not isinstance(kind, (MapType, VariantType)))
+
+
+def _every_type(data_type: DataType, accepted: Callable[[DataType], bool]) -> bool:
+    """Whether ``accepted`` holds for ``data_type``, or for each type in its arrays and
+    structs (at any depth)."""
     if isinstance(data_type, ArrayType):
-        return _groupable(data_type.elementType)
+        return _every_type(data_type.elementType, accepted)
     if isinstance(data_type, StructType):
-        return all(_groupable(f.dataType) for f in data_type.fields)
-    return True
+        return all(_every_type(f.dataType, accepted) for f in data_type.fields)
+    return accepted(data_type)
 
 
 def _comparable(column: Column, data_type: DataType) -> Column:
