@@ -311,6 +311,15 @@ def file_table(raw: pa.Table, location: TableLocation, metadata_changes: Mapping
     })
 
 
+def with_partition_values(files: pa.Table, values: Mapping[str, pa.Array]) -> pa.Table:
+    """The file table with ``values`` set among its ``partition_values`` (a field of the same
+    name replaced, a new one last): per-file constants the reader attaches to each row."""
+    current = files.column("partition_values").combine_chunks()
+    merged = {**{n: current.field(n) for n in current.type.names if n not in values}, **values}
+    return files.set_column(files.schema.get_field_index("partition_values"), "partition_values",
+                            pa.StructArray.from_arrays(list(merged.values()), names=list(merged)))
+
+
 def decoded_paths(paths: pa.Array) -> pa.Array:
     """URI-decoded paths; only paths holding ``%`` go through Python."""
     if not holds_character(paths, "%"):

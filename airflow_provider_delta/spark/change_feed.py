@@ -36,7 +36,7 @@ from airflow_provider_delta.core.change_feed import (
     CDC, CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION, DELETE, FEED_COLUMNS, INSERT, VECTOR,
     ChangeFeedPlan, CommitChanges,
 )
-from airflow_provider_delta.core.file_table import PLAN_COLUMNS
+from airflow_provider_delta.core.file_table import PLAN_COLUMNS, with_partition_values
 from airflow_provider_delta.core.model import DeletionVectorDescriptor, Plan, TableMetadata
 from airflow_provider_delta.core.delta_log import TableLocation
 from airflow_provider_delta.spark.deletion_vectors import deleted_rows
@@ -173,15 +173,11 @@ class _FeedReader:
                     rows.append(index)
                     kinds.append(kind)
         entries = files.take(pa.array(rows, pa.int64()))
-        values = entries.column("partition_values").combine_chunks()
-        tags = {name: values.field(name) for name in values.type.names if name != CHANGE_TYPE}
         untouched = entries.set_column(
             entries.schema.get_field_index("deletion_vector"), "deletion_vector",
             pa.nulls(len(entries), entries.schema.field("deletion_vector").type))
-        return untouched.set_column(
-            untouched.schema.get_field_index("partition_values"), "partition_values",
-            pa.StructArray.from_arrays([*tags.values(), pa.array(kinds, pa.string())],
-                                       names=[*tags, CHANGE_TYPE])), only_rows
+        return with_partition_values(
+            untouched, {CHANGE_TYPE: pa.array(kinds, pa.string())}), only_rows
 
     def _masked(self, vector: dict | None, version: int) -> np.ndarray:
         if vector is None or vector["cardinality"] == 0:
@@ -201,14 +197,9 @@ def _tagged(files: pa.Table, commits: list[CommitChanges]) -> pa.Table:
     versions = files.column("version").combine_chunks()
     at = pc.index_in(versions, value_set=pa.array([c.version for c in commits], pa.int64()))
     times = pa.array([_utc(c.timestamp_ms) for c in commits], pa.timestamp("us", tz="UTC"))
-    values = files.column("partition_values").combine_chunks()
-    tags = {COMMIT_VERSION: versions,
-            COMMIT_TIMESTAMP: times.take(at), CHANGE_TYPE: files.column("kind").combine_chunks()}
-    names = [*values.type.names, *tags]
-    return files.set_column(files.schema.get_field_index("partition_values"), "partition_values",
-                            pa.StructArray.from_arrays(
-                                [*(values.field(n) for n in values.type.names), *tags.values()],
-                                names=names))
+    return with_partition_values(files, {
+        COMMIT_VERSION: versions, COMMIT_TIMESTAMP: times.take(at),
+        CHANGE_TYPE: files.column("kind").combine_chunks()})
 
 
 def _with_cdf_columns(metadata: TableMetadata, tagged: tuple[str, ...]) -> TableMetadata:
