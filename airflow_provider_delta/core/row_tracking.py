@@ -125,24 +125,45 @@ class ReportedRows:
     preimage: np.ndarray
 
 
+def entries_with_gaps(runs: pa.Table) -> np.ndarray:
+    """The entries with a group of rows (same ``entry``, ``offset`` and ``run``) whose
+    positions are not consecutive: two runs of ids that share an offset (a rewrite may copy
+    ``0..9`` to positions 0-9 and ``20..29`` to 20-29 of one file) or rows a deletion vector
+    masks. Their runs must be told apart by position (``run``) before
+    :func:`reported_removed_rows` can use them."""
+    whole = _whole_runs(runs)
+    return np.unique(to_numpy(whole["entry"])[_gaps(whole)])
+
+
+def _whole_runs(runs: pa.Table) -> pa.Table:
+    return runs.group_by(["entry", "offset", "run"]).aggregate(
+        [("first", "min"), ("last", "max"), ("rows", "sum")])
+
+
+def _gaps(whole: pa.Table) -> np.ndarray:
+    """Whether each group of :func:`_whole_runs` has fewer rows than positions it spans."""
+    span = to_numpy(whole["last_max"]) - to_numpy(whole["first_min"]) + 1
+    return to_numpy(whole["rows_sum"]) != span
+
+
 def reported_removed_rows(runs: pa.Table, removed: np.ndarray, versions: np.ndarray
                           ) -> ReportedRows | None:
     """The removed rows of copy-on-write commits that are deletes or update preimages, found
-    from runs of row ids; None when a run is not whole (the caller then joins ids).
+    from runs of row ids; None when a run is not whole (see :func:`entries_with_gaps`).
 
-    ``runs`` has a row per group of rows of an entry whose id minus position is ``offset``:
-    ``entry``, ``offset``, ``updated`` (the position of an updated row, a group of its own;
-    null for the others), ``first`` and ``last`` position, ``rows``. ``removed[e]`` says
-    whether entry ``e`` is a removed one, ``versions[e]`` its commit. Ids come in ranges
-    (copies keep theirs and their order), so per commit the removed ids not among the added
-    ones are found by ranges, not id by id; an updated id gives its removed row as preimage.
+    ``runs`` has a row per group of rows of an entry whose id minus position is ``offset``,
+    told apart by ``run`` where such rows are not consecutive: ``entry``, ``offset``, ``run``,
+    ``updated`` (the position of an updated row, a group of its own; null for the others),
+    ``first`` and ``last`` position, ``rows``. ``removed[e]`` says whether entry ``e`` is a
+    removed one, ``versions[e]`` its commit. Ids come in ranges (copies keep theirs and their
+    order), so per commit the removed ids not among the added ones are found by ranges, not
+    id by id; an updated id gives its removed row as preimage.
     """
-    whole = runs.group_by(["entry", "offset"]).aggregate(
-        [("first", "min"), ("last", "max"), ("rows", "sum")])
+    whole = _whole_runs(runs)
+    if np.any(_gaps(whole)):
+        return None
     entry, offset = to_numpy(whole["entry"]), to_numpy(whole["offset"])
     low, high = offset + to_numpy(whole["first_min"]), offset + to_numpy(whole["last_max"])
-    if np.any(to_numpy(whole["rows_sum"]) != high - low + 1):
-        return None  # a group with gaps: its ids are not one range
     updated = runs.filter(pc.is_valid(runs["updated"]))
     updated_ids = to_numpy(updated["offset"]) + to_numpy(updated["updated"])
     updated_versions = versions[to_numpy(updated["entry"])]

@@ -14,7 +14,9 @@ position, no data column) are reduced by Spark to groups of rows whose id minus 
 the same, few per file; on the driver these ranges give the removed rows to report
 (:func:`~airflow_provider_delta.core.row_tracking.reported_removed_rows`), which are then read
 by position, and only added files holding rows of their commit's version are read in full.
-Where groups have gaps or are too many, the ids are joined by Spark instead.
+A file whose groups are not runs (two runs sharing an offset, rows a deletion vector masks)
+has its groups split into runs by position; where the groups are too many, the ids are
+joined by Spark instead.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from airflow_provider_delta.core.change_feed import (
 from airflow_provider_delta.core.model import TableMetadata
 from airflow_provider_delta.core.row_tracking import (
     BASE_ROW_ID, DEFAULT_ROW_COMMIT_VERSION, MaterializedColumns, ReportedRows,
-    reported_removed_rows,
+    entries_with_gaps, reported_removed_rows,
 )
 from airflow_provider_delta.spark.handoff import select_sql
 from airflow_provider_delta.spark.schema import quoted, union_by_name
@@ -72,7 +74,7 @@ def _changes(reader, commits: list[CommitChanges], columns: MaterializedColumns
     files, metadata = reader.tagged_files(commits)
     entries = _Entries(reader, files)
     tracked = _with_row_columns(metadata, columns)
-    runs = _small(_id_runs(reader.spark, entries.narrow(tracked, columns), columns))
+    runs = _runs(reader.spark, entries, tracked, columns)
     runs = None if runs is None else entries.runs(runs)
     reported = None if runs is None else reported_removed_rows(
         runs, to_numpy(pc.equal(entries.tag(CHANGE_TYPE), DELETE)),
@@ -82,6 +84,21 @@ def _changes(reader, commits: list[CommitChanges], columns: MaterializedColumns
     current = np.unique(to_numpy(runs["entry"].filter(runs["current"])))
     return [*entries.removed_rows(metadata, reported),
             *entries.added_rows(tracked, columns, current)]
+
+
+def _runs(spark, entries: _Entries, tracked: TableMetadata, columns: MaterializedColumns
+          ) -> pa.Table | None:
+    """The entries' groups of rows by id minus position (:func:`_id_runs`), those of entries
+    where such a group is not one run (:func:`~airflow_provider_delta.core.row_tracking.
+    entries_with_gaps`) split into runs by position; None if too many."""
+    runs = _small(_id_runs(spark, entries.narrow(tracked, columns), columns))
+    gapped = np.zeros(0, np.int64) if runs is None else entries_with_gaps(runs)
+    if not len(gapped):
+        return runs
+    split = _small(_id_runs(spark, entries.narrow(tracked, columns, gapped), columns,
+                            split=True))
+    return None if split is None else pa.concat_tables([
+        runs.filter(pc.invert(pc.is_in(runs["entry"], pa.array(gapped)))), split])
 
 
 class _Entries:
@@ -122,10 +139,11 @@ class _Entries:
             if len(chosen)]
         return union_by_name(reads)
 
-    def narrow(self, tracked: TableMetadata, columns: MaterializedColumns) -> DataFrame:
-        """Every entry's rows as the materialized columns, the row's position, and per entry
-        its number, ``defaultRowCommitVersion`` and for added ones their commit's version:
-        no data column."""
+    def narrow(self, tracked: TableMetadata, columns: MaterializedColumns,
+               positions: np.ndarray | None = None) -> DataFrame:
+        """The rows of the entries at ``positions`` (all by default) as the materialized
+        columns, the row's position, and per entry its number, ``defaultRowCommitVersion``
+        and for added ones their commit's version: no data column."""
         fields = {f["name"]: f for f in tracked.schema["fields"]}
         tags = (_ENTRY, DEFAULT_ROW_COMMIT_VERSION, _WRITTEN_AT, _SPARSE)
         narrow = replace(tracked, schema={**tracked.schema, "fields": [
@@ -138,8 +156,8 @@ class _Entries:
             _ENTRY: pa.array(np.arange(len(self.all))),
             _WRITTEN_AT: pc.if_else(added, self.tag(COMMIT_VERSION), None),
             _SPARSE: pa.array(np.arange(len(self.all)) >= self.whole)})
-        return self._read(narrow, np.arange(len(self.all)), files=numbered,
-                          row_index=_ROW_INDEX)
+        positions = np.arange(len(self.all)) if positions is None else positions
+        return self._read(narrow, positions, files=numbered, row_index=_ROW_INDEX)
 
     def runs(self, groups: pa.Table) -> pa.Table:
         """The groups of :func:`_id_runs` completed with their entries' tags: ids that are
@@ -149,7 +167,7 @@ class _Entries:
         updated = pc.and_(groups["offset"].is_valid(), groups["current"])
         return pa.table({
             "entry": groups["entry"], "offset": pc.fill_null(groups["offset"], pa.array(base)),
-            "updated": pc.if_else(updated, groups["position"], None),
+            "run": groups["run"], "updated": pc.if_else(updated, groups["position"], None),
             "first": groups["first"], "last": groups["last"], "rows": groups["rows"],
             "current": groups["current"]})
 
@@ -196,11 +214,14 @@ def _with_ids(rows: DataFrame, columns: MaterializedColumns) -> DataFrame:
     )
 
 
-def _id_runs(spark, narrow: DataFrame, columns: MaterializedColumns) -> DataFrame:
+def _id_runs(spark, narrow: DataFrame, columns: MaterializedColumns, *, split: bool = False
+             ) -> DataFrame:
     """The entries' rows grouped where their materialized id minus their position is the
     same (null where not materialized), each row an added entry's commit wrote (``current``)
     or of a vector change (both few) on its own with its ``position``: per group its first
-    and last position and rows.
+    and last position and rows. With ``split``, each group's rows are also told apart into
+    runs of consecutive positions (``run``; a window, so only for the few entries that need
+    it), else ``run`` is 0.
     Each task reduces its rows to a few groups before the shuffle; :meth:`_Entries.runs`
     completes them with the files' tags."""
     row_id, row_version = quoted(columns.row_id), quoted(columns.row_commit_version)
@@ -208,10 +229,12 @@ def _id_runs(spark, narrow: DataFrame, columns: MaterializedColumns) -> DataFram
         f"{_ENTRY} AS entry", f"{row_id} - {_ROW_INDEX} AS offset", _ROW_INDEX, _SPARSE,
         f"coalesce(coalesce({row_version}, {DEFAULT_ROW_COMMIT_VERSION}) = {_WRITTEN_AT}, "
         "false) AS current"])
+    run = (f"{_ROW_INDEX} - row_number() OVER (PARTITION BY entry, offset ORDER BY "
+           f"{_ROW_INDEX}) AS run") if split else "CAST(0 AS BIGINT) AS run"
     keyed = select_sql(spark, current, [
-        "entry", "offset", "current", _ROW_INDEX,
+        "entry", "offset", "current", _ROW_INDEX, run,
         f"CASE WHEN current OR {_SPARSE} THEN {_ROW_INDEX} END AS position"])
-    return keyed.groupBy("entry", "offset", "position", "current").agg(
+    return keyed.groupBy("entry", "offset", "run", "position", "current").agg(
         F.min(_ROW_INDEX).alias("first"), F.max(_ROW_INDEX).alias("last"),
         F.count(F.lit(1)).alias("rows"))
 

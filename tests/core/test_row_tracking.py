@@ -15,7 +15,7 @@ import pytest
 
 from airflow_provider_delta.core import plan_change_feed
 from airflow_provider_delta.core.row_tracking import (
-    MaterializedColumns, materialized_columns, reported_removed_rows,
+    MaterializedColumns, entries_with_gaps, materialized_columns, reported_removed_rows,
 )
 
 _COLUMNS = {"delta.rowTracking.materializedRowIdColumnName": "_row-id",
@@ -99,9 +99,9 @@ def test_row_tracking_needs_the_writer_feature():
 
 def _runs(*groups: tuple) -> pa.Table:
     """Runs of row ids as the Spark layer reduces them: (entry, offset, updated, first, last,
-    rows) per group."""
-    names = ("entry", "offset", "updated", "first", "last", "rows")
-    return pa.table({name: pa.array([g[i] for g in groups], pa.int64())
+    rows, and the run where told apart, else 0) per group."""
+    names = ("entry", "offset", "updated", "first", "last", "rows", "run")
+    return pa.table({name: pa.array([(*g, 0)[i] for g in groups], pa.int64())
                      for i, name in enumerate(names)})
 
 
@@ -128,7 +128,14 @@ def test_removed_rows_come_from_ranges_of_row_ids():
         (0, i, False) for i in range(100)]
 
 
-def test_ranges_with_gaps_are_left_to_a_join():
-    # rows at positions 0..4 and 8..9 share an offset, positions 5..7 do not: no one range
-    runs = _runs((0, 0, None, 0, 9, 7), (0, 3, None, 5, 7, 3), (1, 0, None, 0, 9, 10))
-    assert _reported(runs, [True, False], [1, 1]) is None
+def test_runs_sharing_an_offset_are_told_apart_by_position():
+    # commit 1 rewrites files 0 (ids 0..9), 2 (ids 60..69) and 1 (ids 20..29, deleting 25)
+    # into file 3 in that order: ids 0..9 at positions 0-9 and 20..24 at 20-24 share offset 0
+    removed = [(0, 0, None, 0, 9, 10), (1, 20, None, 0, 9, 10), (2, 60, None, 0, 9, 10)]
+    copied = [(3, 50, None, 10, 19, 10), (3, 1, None, 25, 28, 4)]
+    grouped = _runs(*removed, *copied, (3, 0, None, 0, 24, 15))
+    assert entries_with_gaps(grouped).tolist() == [3]
+    assert _reported(grouped, [True, True, True, False], [1] * 4) is None
+    split = _runs(*removed, *copied, (3, 0, None, 0, 9, 10, -1), (3, 0, None, 20, 24, 5, 9))
+    assert entries_with_gaps(split).tolist() == []
+    assert _reported(split, [True, True, True, False], [1] * 4) == [(1, 5, False)]

@@ -73,15 +73,18 @@ def _deltas_feed(spark, path: str, start: int) -> Counter:
                  .option("startingVersion", start).load(path))
 
 
-@pytest.fixture
-def twins(delta_spark, tmp_path):
-    yield _twins(delta_spark, tmp_path)
-    shutil.rmtree(tmp_path, ignore_errors=True)
+@pytest.fixture(scope="module")
+def twins(delta_spark, tmp_path_factory):
+    """The twins, written once for the module (tests only read them)."""
+    folder = tmp_path_factory.mktemp("twins")
+    yield _twins(delta_spark, folder)
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def test_feed_by_row_id_equals_deltas_change_data_feed(delta_spark, twins, monkeypatch):
     reference, tracked = twins
     joined = _count_calls(monkeypatch, row_id_changes, "_typed_changes")
+    with_gaps = _count_calls(monkeypatch, row_id_changes, "entries_with_gaps")
     expected = _deltas_feed(delta_spark, reference, 1)
     assert {key[3] for key in expected} == {
         "insert", "delete", "update_preimage", "update_postimage"}
@@ -89,22 +92,33 @@ def test_feed_by_row_id_equals_deltas_change_data_feed(delta_spark, twins, monke
     assert ours.columns == ["id", "v", "p", "_change_type", "_commit_version",
                             "_commit_timestamp"]  # no row-tracking column leaks
     assert _feed(ours) == expected
-    by_join = {}
+    gapped = {}
     for start in (3, 4, 7, 8, 9):  # single commits too: each kind of rewrite on its own
-        before = len(joined)
+        before = len(with_gaps)
         assert _feed(read_change_feed(delta_spark, tracked, start, start)) == Counter(
             {k: n for k, n in expected.items() if k[4] == start}), start
-        by_join[start] = len(joined) > before
-    # copy-on-write commits are read by ranges of row ids; where a removed file has a
-    # deletion vector (7, 8: gaps in its ranges) the ids are joined
-    assert by_join == {3: False, 4: False, 7: True, 8: True, 9: False}
+        gapped[start] = any(len(entries) for entries in with_gaps[before:])
+    # every commit is read by ranges of row ids, none by a join of ids; where a removed file
+    # has a deletion vector (7, 8: gaps in its ranges) its groups are split into runs first
+    assert not joined
+    assert gapped[7] and gapped[8]
+
+
+def test_feed_by_a_join_of_ids_where_runs_are_too_many(delta_spark, twins, monkeypatch):
+    reference, tracked = twins
+    monkeypatch.setattr(row_id_changes, "_MAX_COLLECTED", 4)
+    joined = _count_calls(monkeypatch, row_id_changes, "_typed_changes")
+    assert _feed(read_change_feed(delta_spark, tracked, 1)) == _deltas_feed(
+        delta_spark, reference, 1)
+    assert joined
 
 
 def _count_calls(monkeypatch, module, name: str) -> list:
-    """The calls of ``module.name``, counted (it still runs)."""
-    calls, real = [], getattr(module, name)
-    monkeypatch.setattr(module, name, lambda *args: calls.append(args) or real(*args))
-    return calls
+    """The results of the calls of ``module.name``, one per call (it still runs)."""
+    results, real = [], getattr(module, name)
+    monkeypatch.setattr(module, name, lambda *args, **kw: results.append(
+        real(*args, **kw)) or results[-1])
+    return results
 
 
 def _count_netting(monkeypatch) -> list:
@@ -126,9 +140,9 @@ def test_merge_target_stays_equal_to_a_row_tracking_source(
 
 
 def test_netting_diff_is_used_only_where_row_tracking_is_suspended(
-        delta_spark, tmp_path, monkeypatch):
+        delta_spark, twins, tmp_path, monkeypatch):
     netted = _count_netting(monkeypatch)
-    reference, tracked = _twins(delta_spark, tmp_path / "on")
+    reference, tracked = twins
     assert _feed(read_change_feed(delta_spark, tracked, 1)) == _deltas_feed(
         delta_spark, reference, 1)
     assert not netted
