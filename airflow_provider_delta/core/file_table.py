@@ -61,6 +61,7 @@ _NUM_RECORDS = r'"numRecords"\s*:\s*(?P<n>\d+)'
 # the statistics writers put numRecords first in: matched anchored, several times faster
 _LEADING_NUM_RECORDS = r'^\{"numRecords":(?P<n>\d+)'
 _JSON_BLOCK = 1 << 20  # bytes of JSON lines Arrow parses per block
+_ALONE_BYTES = 1 << 18  # a commit this big is parsed alone (a call costs less than counting)
 _PRIMITIVE_TYPES = {
     "string": pa.string(), "long": pa.int64(), "integer": pa.int32(), "short": pa.int16(),
     "byte": pa.int8(), "float": pa.float32(), "double": pa.float64(), "boolean": pa.bool_(),
@@ -87,11 +88,17 @@ def json_file_actions(commits: Sequence[tuple[int, bytes]], partition_names: Ite
     commits = [(version, text) for version, text in commits if text.strip()]
     if not commits:
         return empty_raw_actions(long_fields)
+    if len(commits) > 1 and any(len(text) >= _ALONE_BYTES for _, text in commits):
+        return pa.concat_tables([
+            json_file_actions(batch, partition_names, kinds, long_fields)
+            for batch in _batches(commits)])
     values_type = pa.struct([(name, pa.string()) for name in dict.fromkeys(partition_names)])
+    # a field costs Arrow's reader a value (or null) on every line: an empty struct too
     action_type = pa.struct([
         ("path", pa.string()), ("dataChange", pa.bool_()), ("size", pa.int64()),
         ("stats", pa.string()), ("deletionVector", RAW_DV_TYPE),
-        ("partitionValues", values_type), *((name, pa.int64()) for name in long_fields)])
+        *([("partitionValues", values_type)] if values_type.num_fields else []),
+        *((name, pa.int64()) for name in long_fields)])
     parsed = _read_json(b"\n".join(text for _, text in commits),
                         pa.schema([(kind, action_type) for kind in kinds]))
     versions = _line_versions(commits, parsed.num_rows)
@@ -120,10 +127,27 @@ def json_file_actions(commits: Sequence[tuple[int, bytes]], partition_names: Ite
         "size": pc.fill_null(field("size"), scalar(0)),
         # only an AddFile's statistics matter (RemoveFiles only take files away)
         "num_records": num_records(pc.struct_field(actions[0], "stats")).filter(is_file),
-        "partitionValues": _struct_to_map(field("partitionValues").combine_chunks()),
+        "partitionValues": (_struct_to_map(field("partitionValues").combine_chunks())
+                            if values_type.num_fields else _empty_maps(len(path))),
         "deletionVector": field("deletionVector"),
         **{name: field(name) for name in long_fields},
     }, schema=raw_schema(long_fields))
+
+
+def _batches(commits: Sequence[tuple[int, bytes]]) -> Iterator[list[tuple[int, bytes]]]:
+    """The commits in order, runs of small ones together and each big one alone: a big
+    commit's lines need no counting to tell their version (a pass over its text)."""
+    batch: list[tuple[int, bytes]] = []
+    for commit in commits:
+        if len(commit[1]) < _ALONE_BYTES:
+            batch.append(commit)
+            continue
+        if batch:
+            yield batch
+        batch = []
+        yield [commit]
+    if batch:
+        yield batch
 
 
 def _read_json(data: bytes, schema: pa.Schema) -> pa.Table:
@@ -194,6 +218,11 @@ def raw_checkpoint_adds(struct: pa.StructArray, version: int) -> pa.Table:
     columns["num_records"] = (present.field(parsed).field(count).cast(pa.int64())
                               if parsed in names else num_records(stats))
     return pa.table(columns, schema=RAW_SCHEMA)
+
+
+def _empty_maps(rows: int) -> pa.MapArray:
+    return pa.MapArray.from_arrays(from_numpy(np.zeros(rows + 1, np.int32)), strings([]),
+                                   strings([]))
 
 
 def _struct_to_map(values: pa.StructArray) -> pa.MapArray:

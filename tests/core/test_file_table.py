@@ -114,3 +114,23 @@ def test_nulls_of_nested_types_are_whole_arrays():
     array.validate(full=True)
     assert array.equals(pa.nulls(1000, kind)) and array.null_count == 1000
     assert pa.concat_arrays([array.slice(10, 5), pa.nulls(2, kind)]).to_pylist() == [None] * 7
+
+
+def test_big_commits_parsed_alone_between_small_ones_keep_their_versions(tmp_path, monkeypatch):
+    # a commit of _ALONE_BYTES or more is parsed on its own (its lines need no counting), runs
+    # of smaller ones together: each file must still carry its own version, in log order
+    path = str(tmp_path / "t")
+    for value in range(6):
+        write_deltalake(path, pa.table({"id": [value]}), mode="append")
+    big = Path(path) / "_delta_log" / f"{3:020d}.json"
+    lines = big.read_text().splitlines()
+    add = next(json.loads(line) for line in lines if line.startswith('{"add"'))
+    lines += [json.dumps({"add": {**add["add"], "path": f"more-{i}.parquet"}}) for i in range(40)]
+    big.write_text("\n".join(lines) + "\n")
+    monkeypatch.setattr(file_table, "_ALONE_BYTES", len(big.read_bytes()) // 2)
+
+    changes = plan_changes(path, 1, 5)
+    assert [(v, p) for v, p in zip(changes.file_table.column("version").to_pylist(),
+                                   changes.file_table.column("path").to_pylist())] == [
+        (v, p) for v in range(1, 6) for p in data_change_adds(path, v)]
+    assert changes.file_table.column("partition_values").to_pylist() == [{}] * 45
