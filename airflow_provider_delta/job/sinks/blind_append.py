@@ -37,6 +37,8 @@ from deltalake.transaction import AddAction, Transaction
 from airflow_provider_delta import __version__
 from airflow_provider_delta.core.commit_times import in_commit_timestamps_enabled
 from airflow_provider_delta.core.delta_log import LOG_DIR, TableLocation, commit_name
+from airflow_provider_delta.core.protocol import bool_property
+from airflow_provider_delta.core.row_tracking import SUSPENDED_KEY
 from airflow_provider_delta.storage import deltalake_uri
 
 log = logging.getLogger(__name__)
@@ -61,7 +63,6 @@ DELTALAKE_WRITER_FEATURES = frozenset({
 })
 ICT_FEATURE = "inCommitTimestamp"
 ROW_TRACKING_FEATURE, ROW_TRACKING_DOMAIN = "rowTracking", "delta.rowTracking"
-ROW_TRACKING_SUSPENDED = "delta.rowTrackingSuspended"
 # The features legacy writer versions imply (Delta's "Writer Version Requirements").
 _LEGACY_WRITER_FEATURES = {
     2: ("appendOnly", "invariants"), 3: ("checkConstraints",),
@@ -105,7 +106,7 @@ def writes_in_commit_timestamps(protocol: Mapping[str, Any],
 def assigns_row_ids(protocol: Mapping[str, Any], configuration: Mapping[str, str]) -> bool:
     """Row tracking is supported and not suspended: every add needs row ids."""
     return (ROW_TRACKING_FEATURE in writer_features(protocol)
-            and configuration.get(ROW_TRACKING_SUSPENDED, "false").lower() != "true")
+            and not bool_property(configuration, SUSPENDED_KEY))
 
 
 def unwritable_feature(protocol: Mapping[str, Any], metadata: Mapping[str, Any],
