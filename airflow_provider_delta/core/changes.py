@@ -97,7 +97,7 @@ def _start_state(location: TableLocation, start: int) -> LogState:
     else from the first version the log can rebuild after ``start``.
     """
     try:
-        return replay(location, start)
+        return replay(location, start, split_last=("add",))
     except VersionNotAvailableError as refused:
         if refused.latest is None or start > refused.latest:
             raise
@@ -145,7 +145,9 @@ def _range_commits(location: TableLocation, state: LogState, start: int, end: in
     ``start`` may have read the first already."""
     if state.last_commit is not None:
         first = state.last_commit
-        yield start, SplitCommit.of_actions(first, split) if split else first
+        if split and not isinstance(first, SplitCommit):
+            first = SplitCommit.of_actions(first, split)
+        yield start, first
         start += 1
     yield from read_commits(location, range(start, end + 1), split=split)
 

@@ -10,6 +10,7 @@ sidecars) with pyarrow.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import logging
 import os
@@ -62,8 +63,9 @@ class LogState:
     # the checkpoint's AddFiles as raw actions; the later commits' adds and removes as lines
     files: FileActions | None = None
     checkpoint_adds: list[pa.Table] = field(default_factory=list)
-    # the actions of commit ``version`` when the replay read it (plan_changes reuses them)
-    last_commit: list[dict[str, Any]] | None = None
+    # the actions of commit ``version`` when the replay read it (plan_changes reuses them),
+    # split (see read_commit) when the replay was asked to
+    last_commit: list[dict[str, Any]] | SplitCommit | None = None
 
     @property
     def with_files(self) -> bool:
@@ -286,8 +288,11 @@ def read_commits(location: TableLocation, versions: range, *, split: tuple[str, 
                                             window))
 
 
-def replay(location: TableLocation, version: int, *, with_files: bool = False) -> LogState:
+def replay(location: TableLocation, version: int, *, with_files: bool = False,
+           split_last: tuple[str, ...] = ()) -> LogState:
     """The state at ``version``: checkpoint at or below it plus the commits after it.
+    ``split_last`` (without ``with_files``) keeps commit ``version`` as a
+    :class:`SplitCommit` of those kinds, its file actions unparsed, for a plan that reads on.
 
     Raises VersionNotAvailableError if the log cannot recreate ``version`` (log cleaned
     below it, or beyond the latest commit), LogGapError if a commit after the checkpoint is
@@ -295,8 +300,11 @@ def replay(location: TableLocation, version: int, *, with_files: bool = False) -
     """
     state, checkpoint, damaged = _checkpoint_state(location, version, with_files)
     first_commit = checkpoint[0].version + 1 if checkpoint else 0
-    commits = read_commits(location, range(first_commit, version + 1),
-                           split=FILE_ACTIONS if with_files else ())
+    split = FILE_ACTIONS if with_files else ()
+    commits = itertools.chain(
+        read_commits(location, range(first_commit, version), split=split),
+        read_commits(location, range(max(first_commit, version), version + 1),
+                     split=split or split_last))
     for commit_version, actions in commits:
         if actions is None and damaged is not None:
             raise _without_fallback(damaged, version, commit_version)
@@ -306,7 +314,8 @@ def replay(location: TableLocation, version: int, *, with_files: bool = False) -
             state.apply_split(actions, commit_version)
         else:
             state.last_commit = actions
-            state.apply(actions, commit_version)
+            state.apply(actions.actions if isinstance(actions, SplitCommit) else actions,
+                        commit_version)
         if (commit_version - first_commit) % _PROGRESS_EVERY == _PROGRESS_EVERY - 1:
             log.info("%s: replayed commits %d..%d towards version %d", location.table_uri,
                      first_commit, commit_version, version)
