@@ -91,6 +91,8 @@ def read_feed(
         frames.append(row_id_changes(reader, tracked, schema.names))
     if not frames:
         return spark.createDataFrame([], schema)
+    # Delta's column order: a netted frame has _change_type last, and a union keeps the order
+    # of its first frame.
     return select_sql(spark, union_by_name(frames), [quoted(name) for name in schema.names])
 
 

@@ -217,6 +217,12 @@ def test_cdf_off_update_reports_only_changed_rows(spark, cdf_off_table):
     assert read_change_feed(spark, cdf_off_table, 5, 5).count() == 0
 
 
+def test_a_feed_of_netted_commits_alone_has_deltas_column_order(spark, cdf_off_table):
+    """Netting puts ``_change_type`` after the other columns; the feed puts it back."""
+    assert read_change_feed(spark, cdf_off_table, 1, 2).columns == [
+        "id", "v", "_change_type", "_commit_version", "_commit_timestamp"]
+
+
 def test_cdf_off_rewrite_of_a_table_with_map_columns(spark, tmp_path, assert_same_rows):
     """Copy-on-write commits are netted by row, rows holding maps too (Spark cannot group by
     maps, or, in 4.3, does so but turns their null values into 0)."""
