@@ -44,6 +44,15 @@ SPARK_CONF = {
 }
 
 
+def jvm_tmp_in(conf: dict[str, str], folder: Path) -> dict[str, str]:
+    """``conf`` with the driver JVM's ``java.io.tmpdir`` in ``folder``: where Spark makes its
+    spark-*, blockmgr-* and artifacts-* folders, which a JVM the test SIGKILLs never deletes
+    (its shutdown hooks do not run), so that they do not stay in /tmp."""
+    folder.mkdir(exist_ok=True)
+    options = f"{conf['spark.driver.extraJavaOptions']} -Djava.io.tmpdir={folder}"
+    return {**conf, "spark.driver.extraJavaOptions": options}
+
+
 @pytest.fixture
 def spark_local_conn(monkeypatch):
     """A ``spark`` connection to ``local[2]`` and ``spark-submit`` of this venv on PATH."""

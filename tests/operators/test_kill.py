@@ -16,16 +16,19 @@ from airflow_provider_delta.storage import normalised_location
 from airflow_provider_delta.job.spec import stable_app_id
 from airflow_provider_delta.operators import DeltaIncrementalOperator
 
-from .conftest import SPARK_CONF, delta_rows, driver_env, four_commit_source, recorded, watermark
+from .conftest import (
+    SPARK_CONF, delta_rows, driver_env, four_commit_source, jvm_tmp_in, recorded, watermark,
+)
 from .transforms import KILL_MARKER_ENV
 
 pytestmark = pytest.mark.slow
 
 
-def _dag(conn_id, source, target, marker):
+def _dag(conn_id, source, target, marker, jvm_tmp):
     with DAG("killed_load", schedule=None) as dag:
         DeltaIncrementalOperator(
-            task_id="load", table_uri=source, target=target, conn_id=conn_id, conf=SPARK_CONF,
+            task_id="load", table_uri=source, target=target, conn_id=conn_id,
+            conf=jvm_tmp_in(SPARK_CONF, jvm_tmp),
             watermark_store="variable", watermark_key="wm_kill", initial="earliest",
             max_files=1, transform="operators.transforms:kill_during_write",
             env_vars={**driver_env(), KILL_MARKER_ENV: marker},
@@ -57,16 +60,20 @@ def test_sigkill_mid_write_then_rerun_loads_each_row_once(spark_local_conn, run_
                                                           task_states, tmp_path):
     source, target = str(tmp_path / "source"), str(tmp_path / "target")
     marker = str(tmp_path / "killed-once")
+    jvm_tmp = tmp_path / "jvm-tmp"
     expected = four_commit_source(source)
     app_id = stable_app_id("killed_load", "load", normalised_location(target),
                            normalised_location(source))
 
     # Batches 0 and 1 commit; the JVM is SIGKILLed while batch 2 is being written.
-    run = run_dag(_dag(spark_local_conn, source, target, marker))
+    run = run_dag(_dag(spark_local_conn, source, target, marker, jvm_tmp))
     assert task_states(run) == {"load": "failed"}
     # The worker really SIGKILLed the JVM (spark-submit exits -9), and the JVM is gone.
     jvm = int(Path(f"{marker}.killed").read_text())
     assert not os.path.exists(f"/proc/{jvm}")
+    # Its temporary folders, never deleted, are in the test's folder (not in /tmp).
+    assert {p.name.split("-")[0] for p in jvm_tmp.iterdir() if p.is_dir()} == {
+        "spark", "blockmgr", "artifacts"}
     table = DeltaTable(target)
     assert table.version() == 1 and table.transaction_version(app_id) == 1
     assert delta_rows(target) == Counter({r: n for r, n in expected.items() if r[2] < 2})
@@ -75,7 +82,7 @@ def test_sigkill_mid_write_then_rerun_loads_each_row_once(spark_local_conn, run_
     # Its task's Parquet file was open (under Hadoop's _temporary/) when the JVM died.
     assert any(name.endswith(".parquet") for name in killed_files), killed_files
 
-    run = run_dag(_dag(spark_local_conn, source, target, marker))
+    run = run_dag(_dag(spark_local_conn, source, target, marker, jvm_tmp))
     assert task_states(run) == {"load": "success"}
     assert delta_rows(target) == expected
     assert [b["end_version"] for b in xcom_value(run, "load")["batches"]] == [2, 3]

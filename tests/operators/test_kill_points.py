@@ -21,6 +21,7 @@ from .conftest import (
     driver_env,
     forget_watermark,
     four_commit_source,
+    jvm_tmp_in,
     recorded,
     watermark,
     with_sink,
@@ -40,13 +41,13 @@ class LostAfterWatermark(DeltaIncrementalOperator):
         raise Crash("the worker died after the watermark write")
 
 
-def _dag(conn_id, source, target, kill_point=None, operator=DeltaIncrementalOperator,
+def _dag(conn_id, source, target, jvm_tmp, kill_point=None, operator=DeltaIncrementalOperator,
          sink="delta"):
     env = {**driver_env(), KILL_POINT_ENV: kill_point or "none:-1:-"}
     with DAG("kill_points", schedule=None) as dag:
         operator(
             task_id="load", table_uri=source, target=target,
-            **with_sink({"conn_id": conn_id, "conf": SPARK_CONF}, sink),
+            **with_sink({"conn_id": conn_id, "conf": jvm_tmp_in(SPARK_CONF, jvm_tmp)}, sink),
             watermark_store="variable", watermark_key="wm_kill_points", initial="earliest",
             max_files=1, transform="operators.transforms:kill_at_point", env_vars=env,
         )
@@ -77,8 +78,8 @@ def test_sigkill_at_every_point_then_rerun_leaves_each_row_once(
     forget_watermark("wm_kill_points")  # a run per sink
 
     def run(kill_point=None, operator=DeltaIncrementalOperator):
-        return task_states(run_dag(_dag(spark_local_conn, source, target, kill_point,
-                                         operator, delta_sink)))["load"]
+        return task_states(run_dag(_dag(spark_local_conn, source, target, tmp_path / "jvm-tmp",
+                                         kill_point, operator, delta_sink)))["load"]
 
     # Before the first batch: nothing committed, nothing staged left as a Delta table.
     marker = str(tmp_path / "before-first")
