@@ -139,7 +139,8 @@ class _FeedReader:
                                only_rows=only_rows)
 
     def read_files(self, files: pa.Table, metadata: TableMetadata, names: list[str], *,
-                   only_rows=None, row_index: str | None = None) -> DataFrame:
+                   only_rows=None, row_index: str | None = None,
+                   check_files: bool = True) -> DataFrame:
         """Feed files read with ``metadata``, whose partition columns are the ``names`` of
         their partition values (see :func:`~airflow_provider_delta.spark.reader.read_plan`
         for the rest)."""
@@ -152,7 +153,7 @@ class _FeedReader:
                 pa.StructArray.from_arrays([values.field(n) for n in names], names=names)),
         )
         return read_plan(self.spark, plan, storage_options=self.storage_options,
-                         only_rows=only_rows, row_index=row_index)
+                         only_rows=only_rows, row_index=row_index, check_files=check_files)
 
     def tagged_files(self, commits: list[CommitChanges]) -> tuple[pa.Table, TableMetadata]:
         """The commits' files tagged as :meth:`frames` reads them, and the metadata to read

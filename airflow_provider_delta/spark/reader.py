@@ -117,11 +117,13 @@ def read_plan(
     storage_options: dict[str, str] | None = None,
     only_rows: Mapping[int, np.ndarray] | None = None,
     row_index: str | None = None,
+    check_files: bool = True,
 ) -> DataFrame:
     """The rows of ``plan``'s files, deletion vectors applied, in the plan's logical schema.
 
     Checks every data file and deletion vector up front and raises MissingDataFileError
-    before any row is produced. ``storage_options`` are needed to read deletion vectors
+    before any row is produced (unless ``check_files`` is false: the caller's earlier read
+    of the same files checked them). ``storage_options`` are needed to read deletion vectors
     and check files in object stores (Spark itself uses its own Hadoop configuration).
     ``only_rows`` (plan position -> non-empty row indexes, for every file) reads just those
     rows of each file instead of applying deletion vectors: the change feed's vector changes.
@@ -134,6 +136,8 @@ def read_plan(
             None, "only_rows", f"<rows of {len(only_rows)} of {len(plan)} file(s)>",
             "leaves files of the plan without rows", "list some rows of every file of the plan",
             plan.table_uri)
+    if not check_files:
+        return _read_checked_plan(spark, plan, storage_options, only_rows, row_index)
     with _files_checked_meanwhile(plan, storage_options):
         return _read_checked_plan(spark, plan, storage_options, only_rows, row_index)
 

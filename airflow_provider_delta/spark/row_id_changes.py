@@ -124,17 +124,20 @@ class _Entries:
         return self.all.column("partition_values").combine_chunks().field(name)
 
     def _read(self, metadata: TableMetadata, positions: np.ndarray, *, files=None,
-              only_rows: dict[int, np.ndarray] | None = None, **options) -> DataFrame:
+              only_rows: dict[int, np.ndarray] | None = None, check_files: bool = False,
+              **options) -> DataFrame:
         """The entries at ``positions`` read with ``metadata`` (whose partition columns are
         among their partition values): whole files without ``only_rows`` of theirs (deletion
-        vectors applied), the others only at those rows (vector changes: at their own)."""
+        vectors applied), the others only at those rows (vector changes: at their own). Files
+        are checked only where ``check_files``: the first read, :meth:`narrow`, checks all."""
         files = self.all if files is None else files
         only_rows = {**{p: r for p, r in self.rows.items() if p not in (only_rows or {})},
                      **(only_rows or {})}
         only = np.isin(positions, list(only_rows))
         reads = [self.reader.read_files(
             files.take(from_numpy(chosen)), metadata, list(metadata.partition_columns),
-            only_rows=rows and {i: rows[p] for i, p in enumerate(chosen.tolist())}, **options)
+            only_rows=rows and {i: rows[p] for i, p in enumerate(chosen.tolist())},
+            check_files=check_files, **options)
             for chosen, rows in ((positions[~only], None), (positions[only], only_rows))
             if len(chosen)]
         return union_by_name(reads)
@@ -156,8 +159,10 @@ class _Entries:
             _ENTRY: pa.array(np.arange(len(self.all))),
             _WRITTEN_AT: pc.if_else(added, self.tag(COMMIT_VERSION), None),
             _SPARSE: pa.array(np.arange(len(self.all)) >= self.whole)})
-        positions = np.arange(len(self.all)) if positions is None else positions
-        return self._read(narrow, positions, files=numbered, row_index=_ROW_INDEX)
+        every = positions is None
+        positions = np.arange(len(self.all)) if every else positions
+        return self._read(narrow, positions, files=numbered, row_index=_ROW_INDEX,
+                          check_files=every)
 
     def runs(self, groups: pa.Table) -> pa.Table:
         """The groups of :func:`_id_runs` completed with their entries' tags: ids that are

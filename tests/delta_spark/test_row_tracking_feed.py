@@ -13,7 +13,7 @@ import pytest
 
 from airflow_provider_delta.core import plan_change_feed
 from airflow_provider_delta.job.driver import run_job
-from airflow_provider_delta.spark import change_feed, row_id_changes
+from airflow_provider_delta.spark import change_feed, reader, row_id_changes
 from airflow_provider_delta.spark.change_feed import read_change_feed
 from tests.delta_spark.conftest import needs_delta_jars
 from tests.operators.test_differential import spec_of
@@ -92,12 +92,16 @@ def test_feed_by_row_id_equals_deltas_change_data_feed(delta_spark, twins, monke
     assert ours.columns == ["id", "v", "p", "_change_type", "_commit_version",
                             "_commit_timestamp"]  # no row-tracking column leaks
     assert _feed(ours) == expected
+    checked = _checked_paths(monkeypatch)
     gapped = {}
     for start in (3, 4, 7, 8, 9):  # single commits too: each kind of rewrite on its own
         before = len(with_gaps)
+        checked.clear()
         assert _feed(read_change_feed(delta_spark, tracked, start, start)) == Counter(
             {k: n for k, n in expected.items() if k[4] == start}), start
         gapped[start] = any(len(entries) for entries in with_gaps[before:])
+        # each file is checked for existence once, by the first of the commit's reads
+        assert checked and len(checked) == len(set(checked)), start
     # every commit is read by ranges of row ids, none by a join of ids; where a removed file
     # has a deletion vector (7, 8: gaps in its ranges) its groups are split into runs first
     assert not joined
@@ -119,6 +123,14 @@ def _count_calls(monkeypatch, module, name: str) -> list:
     monkeypatch.setattr(module, name, lambda *args, **kw: results.append(
         real(*args, **kw)) or results[-1])
     return results
+
+
+def _checked_paths(monkeypatch) -> list:
+    """The paths of the files checked for existence before a read (the check still runs)."""
+    paths, real = [], reader.check_files_exist
+    monkeypatch.setattr(reader, "check_files_exist", lambda plan, options: paths.extend(
+        plan.file_table.column("path").to_pylist()) or real(plan, options))
+    return paths
 
 
 def _count_netting(monkeypatch) -> list:
