@@ -94,9 +94,10 @@ class RowTrackingLog:
         fields = [changes.column(name) for name in LOG_FIELDS]
         missing = np.isin(versions, candidates) & np.logical_or.reduce(
             [to_numpy(values.is_null()) for values in fields])
-        for version in np.unique(versions[missing]).tolist():
+        lacking = np.unique(versions[missing]).tolist()
+        for version in lacking:
             self.refused[version] = "a changed file has no baseRowId or defaultRowCommitVersion"
-        tracked = set(candidates) - set(np.unique(versions[missing]).tolist())
+        tracked = set(candidates) - set(lacking)
         self._log_refused(rewrites - tracked)
         kept = from_numpy(np.isin(versions, sorted(tracked)))
         none = nulls(pa.int64(), len(versions))

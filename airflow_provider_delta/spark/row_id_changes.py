@@ -34,6 +34,7 @@ from airflow_provider_delta.core.arrow import from_numpy, to_numpy
 from airflow_provider_delta.core.change_feed import (
     CHANGE_TYPE, COMMIT_VERSION, DELETE, INSERT, VECTOR, CommitChanges,
 )
+from airflow_provider_delta.core.file_table import with_partition_values
 from airflow_provider_delta.core.model import TableMetadata
 from airflow_provider_delta.core.row_tracking import (
     BASE_ROW_ID, DEFAULT_ROW_COMMIT_VERSION, MaterializedColumns, ReportedRows,
@@ -109,8 +110,8 @@ class _Entries:
 
     def __init__(self, reader, files: pa.Table):
         self.reader = reader
-        files = _with_tags(files, {name: files.column(name).combine_chunks()
-                                   for name in _FILE_TAGS})
+        files = with_partition_values(files, {name: files.column(name).combine_chunks()
+                                              for name in _FILE_TAGS})
         kind = files.column("kind")
         whole = files.filter(pc.is_in(kind, value_set=pa.array([INSERT, DELETE])))
         vectors, vector_rows = reader.vector_changes(files.filter(pc.equal(kind, VECTOR)))
@@ -118,10 +119,12 @@ class _Entries:
         self.rows = {self.whole + i: rows for i, rows in vector_rows.items()}
         change = whole.column("partition_values").combine_chunks().field(CHANGE_TYPE)
         # the change type last among the tags, as in the vector changes
-        self.all = pa.concat_tables([_with_tags(whole, {CHANGE_TYPE: change}), vectors])
+        self.all = pa.concat_tables([with_partition_values(whole, {CHANGE_TYPE: change}),
+                                     vectors])
+        self._tags = self.all.column("partition_values").combine_chunks()
 
     def tag(self, name: str) -> pa.Array:
-        return self.all.column("partition_values").combine_chunks().field(name)
+        return self._tags.field(name)
 
     def _read(self, metadata: TableMetadata, positions: np.ndarray, *, files=None,
               only_rows: dict[int, np.ndarray] | None = None, check_files: bool = False,
@@ -155,7 +158,7 @@ class _Entries:
             {"name": _SPARSE, "type": "boolean", "nullable": True, "metadata": {}}]},
             partition_columns=tags)
         added = pc.equal(self.tag(CHANGE_TYPE), INSERT)
-        numbered = _with_tags(self.all, {
+        numbered = with_partition_values(self.all, {
             _ENTRY: pa.array(np.arange(len(self.all))),
             _WRITTEN_AT: pc.if_else(added, self.tag(COMMIT_VERSION), None),
             _SPARSE: pa.array(np.arange(len(self.all)) >= self.whole)})
@@ -190,7 +193,7 @@ class _Entries:
             entry, rows = reported.entry[picked][order], reported.row_index[picked][order]
             positions, starts = np.unique(entry, return_index=True)
             if len(positions):
-                typed = _with_tags(self.all, {CHANGE_TYPE: pa.array(
+                typed = with_partition_values(self.all, {CHANGE_TYPE: pa.array(
                     [change] * len(self.all), pa.string())})
                 reads.append(self._read(metadata, positions, files=typed, only_rows=dict(
                     zip(positions.tolist(), np.split(rows, starts[1:])))))
@@ -248,17 +251,6 @@ def _small(runs: DataFrame) -> pa.Table | None:
     """The runs on the driver, or None if there are too many to be worth it."""
     table = runs.limit(_MAX_COLLECTED + 1).toArrow()
     return None if table.num_rows > _MAX_COLLECTED else table
-
-
-def _with_tags(files: pa.Table, tags: dict[str, pa.Array]) -> pa.Table:
-    """The files with ``tags`` set among their partition values (which the reader attaches
-    to their rows)."""
-    values = files.column("partition_values").combine_chunks()
-    kept = {n: values.field(n) for n in values.type.names if n not in tags}
-    merged = {**kept, **tags}
-    return files.set_column(
-        files.schema.get_field_index("partition_values"), "partition_values",
-        pa.StructArray.from_arrays(list(merged.values()), names=list(merged)))
 
 
 def _typed_changes(spark, rows: DataFrame, columns: MaterializedColumns) -> DataFrame:
