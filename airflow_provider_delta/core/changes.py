@@ -60,7 +60,8 @@ def plan_changes(table_uri: str, start_version: int, end_version: int | None = N
     rules = _ChangeRules(table_uri, ignore_deletes, ignore_changes, skip_change_commits)
     metadata = table_metadata(state.metadata, state.protocol)
     protocol = state.protocol
-    adds = FileActions(location, kinds=("add",))  # the range's removes are rules' business
+    # the range's removes are the rules' business; vectors as the protocols in force allow
+    adds = FileActions(location, kinds=("add",), vectors=False)
     adds.note(metadata)
     changes = {start_version: metadata}
     for version, commit in _range_commits(location, state, start_version, end_version,

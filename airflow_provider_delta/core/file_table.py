@@ -45,6 +45,8 @@ RAW_SCHEMA = pa.schema([
     ("data_change", pa.bool_()), ("size", pa.int64()), ("num_records", pa.int64()),
     ("partitionValues", pa.map_(pa.string(), pa.string())), ("deletionVector", RAW_DV_TYPE),
 ])
+# a deletion vector's field that tells whether a file action has one
+_DV_SENTINEL = pa.struct([("storageType", pa.string())])
 # the fields of an add/remove struct in a checkpoint that planning reads
 CHECKPOINT_FIELDS = ("path", "size", "stats", "partitionValues", "deletionVector")
 # where a checkpoint has statistics as a struct too, the one field of them planning reads
@@ -74,7 +76,7 @@ _PRIMITIVE_TYPES = {
 
 def json_file_actions(commits: Sequence[tuple[int, bytes]], partition_names: Iterable[str],
                       kinds: Sequence[str] = ("add", "remove"),
-                      long_fields: Sequence[str] = ()) -> pa.Table:
+                      long_fields: Sequence[str] = (), vectors: bool = True) -> pa.Table:
     """The file actions of ``kinds`` (``add``, ``remove``, ``cdc``) in ``(version, text)``
     commits (newline-delimited actions; the others are skipped) as raw actions, parsed by
     Arrow's JSON reader in one pass; plus a column per name of ``long_fields`` (integer
@@ -83,26 +85,30 @@ def json_file_actions(commits: Sequence[tuple[int, bytes]], partition_names: Ite
     ``partition_names`` are the keys to read from ``partitionValues`` (Arrow reads a JSON
     object into a struct of known fields). Raises ArrowInvalid on anything unexpected (for
     several commits: also when their lines cannot be told apart); the caller then parses the
-    commits one by one.
+    commits one by one. ``vectors=False`` (no protocol in force allows deletion vectors) reads
+    one field of them instead of five, and reads again with all if a vector shows up anyway.
     """
     commits = [(version, text) for version, text in commits if text.strip()]
     if not commits:
         return empty_raw_actions(long_fields)
     if len(commits) > 1 and any(len(text) >= _ALONE_BYTES for _, text in commits):
         return pa.concat_tables([
-            json_file_actions(batch, partition_names, kinds, long_fields)
+            json_file_actions(batch, partition_names, kinds, long_fields, vectors)
             for batch in _batches(commits)])
     values_type = pa.struct([(name, pa.string()) for name in dict.fromkeys(partition_names)])
     # a field costs Arrow's reader a value (or null) on every line: an empty struct too
     action_type = pa.struct([
         ("path", pa.string()), ("dataChange", pa.bool_()), ("size", pa.int64()),
-        ("stats", pa.string()), ("deletionVector", RAW_DV_TYPE),
+        ("stats", pa.string()), ("deletionVector", RAW_DV_TYPE if vectors else _DV_SENTINEL),
         *([("partitionValues", values_type)] if values_type.num_fields else []),
         *((name, pa.int64()) for name in long_fields)])
     parsed = _read_json(b"\n".join(text for _, text in commits),
                         pa.schema([(kind, action_type) for kind in kinds]))
     versions = _line_versions(commits, parsed.num_rows)
     actions = [parsed.column(kind) for kind in kinds]
+    if not vectors and any(pc.struct_field(action, "deletionVector").null_count < len(action)
+                           for action in actions):
+        return json_file_actions(commits, partition_names, kinds, long_fields)
     present = [pc.is_valid(action) for action in actions]
     code = np.select([to_numpy(valid) for valid in present], range(len(kinds)), default=-1)
     is_file = from_numpy(code >= 0)
@@ -129,7 +135,7 @@ def json_file_actions(commits: Sequence[tuple[int, bytes]], partition_names: Ite
         "num_records": num_records(pc.struct_field(actions[0], "stats")).filter(is_file),
         "partitionValues": (_struct_to_map(field("partitionValues").combine_chunks())
                             if values_type.num_fields else _empty_maps(len(path))),
-        "deletionVector": field("deletionVector"),
+        "deletionVector": field("deletionVector") if vectors else nulls(RAW_DV_TYPE, len(path)),
         **{name: field(name) for name in long_fields},
     }, schema=raw_schema(long_fields))
 

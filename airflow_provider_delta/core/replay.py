@@ -101,10 +101,13 @@ class FileActions:
     commits."""
 
     def __init__(self, location: TableLocation, kinds: tuple[str, ...] = FILE_ACTIONS,
-                 long_fields: tuple[str, ...] = ()):
+                 long_fields: tuple[str, ...] = (), vectors: bool = True):
         self.location = location
         self.kinds = kinds
         self.long_fields = long_fields  # integer fields kept as columns (json_file_actions)
+        # False: deletion vectors are read in full once a noted protocol allows them (a
+        # cheaper field finds any before that)
+        self.vectors = vectors
         self.partition_names: dict[str, None] = {}  # of every metadata seen, in order
         self._commits: list[tuple[int, bytes]] = []
         self._bytes = 0
@@ -114,6 +117,7 @@ class FileActions:
         """Read the partition values of ``metadata``'s partition columns from now on."""
         for logical, physical, _ in partition_keys(metadata):
             self.partition_names.update({physical: None, logical: None})
+        self.vectors = self.vectors or "deletionVectors" in metadata.reader_features
 
     def extend(self, version: int, text: bytes) -> None:
         """Take the file actions in ``text``, newline-delimited actions of commit ``version``
@@ -136,7 +140,7 @@ class FileActions:
             return
         try:
             parsed = json_file_actions(self._commits, self.partition_names, self.kinds,
-                                       self.long_fields)
+                                       self.long_fields, self.vectors)
         except pa.ArrowException:  # find the commit, parsing them one by one
             parsed = pa.concat_tables([self._one_commit(*commit) for commit in self._commits])
         self._tables.append(parsed)
@@ -145,7 +149,7 @@ class FileActions:
     def _one_commit(self, version: int, text: bytes) -> pa.Table:
         try:
             return json_file_actions([(version, text)], self.partition_names, self.kinds,
-                                     self.long_fields)
+                                     self.long_fields, self.vectors)
         except pa.ArrowException:
             actions = commit_actions(self.location, version, text)  # raises on a damaged line
             lines = [_normalized_line(a, self.kinds, self.long_fields) for a in actions

@@ -134,3 +134,24 @@ def test_big_commits_parsed_alone_between_small_ones_keep_their_versions(tmp_pat
                                    changes.file_table.column("path").to_pylist())] == [
         (v, p) for v in range(1, 6) for p in data_change_adds(path, v)]
     assert changes.file_table.column("partition_values").to_pylist() == [{}] * 45
+
+
+def test_a_deletion_vector_the_protocol_does_not_allow_is_still_read(tmp_path):
+    # without the deletionVectors feature a range's adds are read with one field of their
+    # vectors (cheaper for Arrow); a vector there anyway must still reach the plan in full
+    path = str(tmp_path / "t")
+    for value in range(3):
+        write_deltalake(path, pa.table({"id": [value]}), mode="append")
+    commit = Path(path) / "_delta_log" / f"{1:020d}.json"
+    vector = {"storageType": "i", "pathOrInlineDv": "wi5b=000010000siXQKl0rr91000f",
+              "offset": None, "sizeInBytes": 36, "cardinality": 1}
+    lines = [json.loads(line) for line in commit.read_text().splitlines()]
+    for action in lines:
+        if "add" in action:
+            action["add"]["deletionVector"] = vector
+    commit.write_text("\n".join(json.dumps(a) for a in lines) + "\n")
+
+    vectors = plan_changes(path, 1, 2).file_table.column("deletion_vector").to_pylist()
+    assert vectors[0] == {"storage_type": "i", "path_or_inline_dv": vector["pathOrInlineDv"],
+                          "size_in_bytes": 36, "cardinality": 1, "offset": None}
+    assert vectors[1:] == [None]
