@@ -237,10 +237,10 @@ def _load_deletions(
 def _occurrence_rounds(paths: pa.ChunkedArray) -> list[np.ndarray]:
     """Plan positions split so no path repeats within a round: the k-th occurrences of every
     path form round k, each in plan order."""
+    if len(pc.unique(paths)) == len(paths):  # the common case: no path repeats (no codes)
+        return [np.arange(len(paths))]
     encoded = paths.combine_chunks().dictionary_encode()
     codes = encoded.indices.to_numpy()
-    if len(encoded.dictionary) == len(codes):  # the common case: no path repeats
-        return [np.arange(len(codes))]
     order = np.argsort(codes, kind="stable")
     sorted_codes = codes[order]
     group_start = np.flatnonzero(np.diff(sorted_codes, prepend=-1) != 0)
