@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import re
+import sys
 import time
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
@@ -44,16 +45,37 @@ def _tags(table_uri: str, dag_id: str | None, task_id: str | None) -> dict[str, 
     return tags
 
 
+_STATS: Any = None
+
+
 def _stats() -> Any:
-    """Airflow's ``Stats``: where the compat provider finds it, else where Airflow 3 or 2 has it."""
-    try:
-        from airflow.providers.common.compat.sdk import Stats
-    except ImportError:  # a compat provider without ``Stats`` (or none, on Airflow 2)
+    """Airflow's ``Stats``: where the compat provider finds it, else where Airflow 3 or 2 has it.
+    Looked up once: a triggerer firing thousands of events a second pays no import each."""
+    global _STATS
+    if _STATS is None:
         try:
-            from airflow.sdk.observability.stats import Stats
-        except ImportError:
-            from airflow.stats import Stats
-    return Stats
+            from airflow.providers.common.compat.sdk import Stats
+        except ImportError:  # a compat provider without ``Stats`` (or none, on Airflow 2)
+            try:
+                from airflow.sdk.observability.stats import Stats
+            except ImportError:
+                from airflow.stats import Stats
+        _STATS = Stats
+    return _STATS
+
+
+def metrics_on() -> bool:
+    """False when ``Stats`` sends nowhere (no metrics backend configured): the lag of an event
+    is then not worth computing. True when the backend cannot be told (a gauge is then sent)."""
+    stats = _stats()
+    # Airflow 3.2+ keeps the backend in the Stats module; Airflow 2 and 3.0-3.1 on the class,
+    # once it was first used.
+    get_backend = getattr(sys.modules.get(stats.__module__), "_get_backend", None)
+    try:
+        backend = get_backend() if get_backend is not None else getattr(stats, "instance", None)
+    except Exception:  # an observation must never fail the wait
+        return True
+    return type(backend).__name__ != "NoStatsLogger"
 
 
 def lag_seconds(probe: VersionProbe, watermark: int | None, latest: int,
@@ -72,8 +94,11 @@ def lag_seconds(probe: VersionProbe, watermark: int | None, latest: int,
 
 def emit_lag(probe: VersionProbe, watermark: int | None, latest: int, ti: Any = None,
              latest_ms: int | None = None) -> None:
-    """``lag.versions`` (latest - watermark) and ``lag.seconds`` of one observation by ``ti``."""
+    """``lag.versions`` (latest - watermark) and ``lag.seconds`` of one observation by ``ti``;
+    nothing without a metrics backend."""
     try:
+        if not metrics_on():
+            return
         tags = _tags(probe.table_uri, getattr(ti, "dag_id", None), getattr(ti, "task_id", None))
         versions = latest + 1 if watermark is None else max(latest - watermark, 0)
         _stats().gauge(LAG_VERSIONS, versions, tags=tags)

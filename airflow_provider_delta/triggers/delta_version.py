@@ -199,8 +199,10 @@ class DeltaVersionTrigger(BaseEventTrigger):
         """The event of ``found``; then a watcher's watermark moves to its end (at least once)."""
         await _emit_lag(probe, found, mode, self.task_instance)
         yield TriggerEvent({"status": "success", **found, "mode": mode})
+        if self.fire_once or self._shared_by_assets:
+            return
         state = trigger_asset_state(self)
-        if not self.fire_once and state is not None and not self._shared_by_assets:
+        if state is not None:
             await state.aset(
                 self.state_key, encode_watermark(found["end_version"], probe.table_id))
 
@@ -394,7 +396,10 @@ async def _next_poll(polls: AsyncIterator[Poll], timeout_at: float | None,
 
 
 async def _emit_lag(probe: VersionProbe, found: VersionRange, mode: str, ti: Any) -> None:
-    """The range's lag metrics; off the loop only if that reads a commit (it rarely does)."""
+    """The range's lag metrics, if a metrics backend takes them; off the loop only if that reads
+    a commit (it rarely does)."""
+    if not freshness.metrics_on():
+        return
     hop = asyncio.to_thread if freshness.range_lag_reads(found, mode) else _call_now
     await hop(freshness.emit_range_lag, probe, found, mode, ti)
 

@@ -23,6 +23,23 @@ def test_a_trigger_event_emits_the_lag_of_its_range(growing_table, statsd_lines)
     assert len(seconds) == 1 and float(seconds[0].split(":")[1].split("|")[0]) > 0
 
 
+def test_without_a_metrics_backend_an_event_sends_no_gauge(growing_table, monkeypatch):
+    """Stats without a backend drops what it is given: a triggerer firing thousands of events
+    a second must not work out (nor read commits for) lags that go nowhere."""
+    from airflow.sdk._shared.observability.metrics.base_stats_logger import NoStatsLogger
+    from airflow.sdk.observability import stats
+
+    gauges = []
+    monkeypatch.setattr(NoStatsLogger, "gauge",
+                        classmethod(lambda cls, stat, *args, **kwargs: gauges.append(stat)))
+    stats.initialize(factory=NoStatsLogger, export_legacy_names=False)
+    table = growing_table(4)  # the lag of 2..3 would read version 2's commit time
+    trigger = DeltaVersionTrigger(table_uri=table.uri, start_version=2, fire_once=True)
+    event = asyncio.run(anext(trigger.run())).payload
+    assert (event["status"], event["start_version"], event["end_version"]) == ("success", 2, 3)
+    assert gauges == []
+
+
 def test_table_tags_hold_only_what_stat_names_allow():
     assert table_tag("s3://lake/orders v2") == "s3/lake/orders_v2"
     assert table_tag("/data/t-1/x.y") == "/data/t-1/x.y"
