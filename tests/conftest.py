@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import hung_test
+
 # Airflow reads its configuration at import time, so the test home is set before any import.
 _AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="airflow-home-"))
 atexit.register(shutil.rmtree, _AIRFLOW_HOME, ignore_errors=True)  # one a pytest process
@@ -118,6 +120,16 @@ def shared_table(tmp_path):
         return str(target)
 
     return copy
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Every test (setup, call and teardown) under ``hung_test``'s time limit."""
+    timer = hung_test.watch(item)
+    try:
+        yield
+    finally:
+        timer.cancel()
 
 
 # A folder name a file:// URL would cut at "#" (fragment) or "?" (query) and decode at "%41".

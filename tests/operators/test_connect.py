@@ -220,17 +220,24 @@ def test_on_kill_interrupts_the_running_job(connect_server, monkeypatch, source,
         except Exception as error:  # noqa: BLE001 - kept for the assertions below
             failure.append(error)
 
-    task = threading.Thread(target=execute)
+    task = threading.Thread(target=execute, daemon=True)
     task.start()
-    deadline = time.monotonic() + 120
-    while not (target / "airflow_staging").exists() and time.monotonic() < deadline:
-        time.sleep(0.2)  # the sink's Spark write has started
-    assert task.is_alive(), f"the job ended before it was killed: {failure}"
-    killed_at = time.monotonic()
-    operator.on_kill()
-    task.join(timeout=60)
-
-    assert not task.is_alive() and time.monotonic() - killed_at < 30
+    try:
+        deadline = time.monotonic() + 120
+        while not (target / "airflow_staging").exists() and time.monotonic() < deadline:
+            time.sleep(0.2)  # the sink's Spark write has started
+        assert task.is_alive(), f"the job ended before it was killed: {failure}"
+        killed_at = time.monotonic()
+        operator.on_kill()
+        task.join(timeout=60)
+        assert not task.is_alive() and time.monotonic() - killed_at < 30
+    finally:
+        # The job sleeps for an hour on the server the other tests share: never leave it.
+        for _ in range(6):
+            if not task.is_alive():
+                break
+            operator.on_kill()
+            task.join(timeout=10)
     assert failure and "OPERATION_CANCELED" in str(failure[0])
     assert not (target / "_delta_log").exists()
     # The cancelled tasks are gone: the server runs the next job at once.
