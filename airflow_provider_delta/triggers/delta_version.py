@@ -55,7 +55,7 @@ from airflow_provider_delta.hooks.delta import DEFAULT_CONN_ID
 from airflow_provider_delta.operators import parameters
 from airflow_provider_delta.storage import to_uri
 from airflow_provider_delta.triggers.pollers import (
-    HEARTBEAT_SECONDS, Poll, PollKey, backoff_seconds, registry,
+    HEARTBEAT_SECONDS, Poll, PollKey, backoff_seconds, closing_polls, registry,
 )
 from airflow_provider_delta.watermarks import (
     Initial,
@@ -154,7 +154,8 @@ class DeltaVersionTrigger(BaseEventTrigger):
     def open_shared_stream(cls, kwargs: dict[str, Any]) -> AsyncIterator[Poll]:
         """The polls of the table in ``kwargs``, shared by every trigger of the process."""
         trigger = cls(**kwargs)
-        return registry().subscribe(trigger._poll_key(), partial(_probe_of, trigger))
+        return closing_polls(registry().subscribe(trigger._poll_key(),
+                                                  partial(_probe_of, trigger)))
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         """Where the triggerer does not share streams: the same polls, shared by the registry."""
@@ -182,7 +183,7 @@ class DeltaVersionTrigger(BaseEventTrigger):
             yield _error_event(self.table_uri, err)
             return
         async with aclosing(self._new_ranges(start.version, probe, shared_stream)) as ranges:
-            async for found in ranges:  # closed at once: see pollers.PollerRegistry.subscribe
+            async for found in ranges:  # closed at once: see pollers.closing_polls
                 if isinstance(found, DeltaProviderError):
                     yield _error_event(self.table_uri, found)
                     return

@@ -106,14 +106,10 @@ class TablePoller:
         published, self._published = self._published, asyncio.Event()
         published.set()
 
-    async def updates(self) -> AsyncIterator[Poll]:
-        """The last poll (if any), then each published one."""
-        if self.last is not None:
-            yield self.last
-        while True:
-            published = self._published
-            await published.wait()
-            yield self.last
+    async def next_published(self) -> Poll:
+        """The next poll published."""
+        await self._published.wait()
+        return self.last
 
 
 def _retry_at(key: PollKey, found: Poll, now: float) -> float:
@@ -139,9 +135,14 @@ class PollerRegistry:
         self._remote = [PollWorker(loop, _deliver, f"delta-poll-remote-{i}", clock)
                         for i in range(REMOTE_WORKERS)]
 
-    async def subscribe(self, key: PollKey, open_probe: Callable[[], Awaitable[VersionProbe]]
-                        ) -> AsyncIterator[Poll]:
-        """The polls of ``key``'s table as they are published, for as long as it is iterated."""
+    def subscribe(self, key: PollKey, open_probe: Callable[[], Awaitable[VersionProbe]]
+                  ) -> Subscription:
+        """The polls of ``key``'s table as they are published, until ``aclose()``."""
+        return Subscription(self, key, open_probe)
+
+    async def join(self, key: PollKey, open_probe: Callable[[], Awaitable[VersionProbe]]
+                   ) -> TablePoller:
+        """``key``'s poller, with one more subscriber (made, and polled, for the first)."""
         poller = self.pollers.get(key)
         if poller is None:
             probe = await open_probe()
@@ -150,24 +151,67 @@ class PollerRegistry:
                 poller = self.pollers[key] = TablePoller(key, probe)
                 self._worker(poller).add(poller)
         poller.subscribers += 1
-        try:
-            # Closed here, not by the garbage collector: asyncio finalises a dropped generator
-            # through a thread-safe wake-up of the loop, a syscall per trigger.
-            async with aclosing(poller.updates()) as updates:
-                async for found in updates:
-                    yield found
-        finally:
-            poller.subscribers -= 1
-            if poller.subscribers == 0 and self.pollers.get(key) is poller:
-                del self.pollers[key]
-                poller.closed = True
-                self._worker(poller).remove(poller)
+        return poller
+
+    def leave(self, poller: TablePoller) -> None:
+        """One subscriber fewer; the last one's going ends the table's polls."""
+        poller.subscribers -= 1
+        if poller.subscribers == 0 and self.pollers.get(poller.key) is poller:
+            del self.pollers[poller.key]
+            poller.closed = True
+            self._worker(poller).remove(poller)
 
     def _worker(self, poller: TablePoller) -> PollWorker:
         """Local tables share one thread; a remote one goes to a pool thread by its key."""
         if poller.probe.location.is_local:
             return self._local
         return self._remote[hash(poller.key) % len(self._remote)]
+
+
+class Subscription:
+    """One subscriber's polls of a table: the last one published (if any), then each one
+    published, until :meth:`aclose`.
+
+    A plain async iterator, not an async generator: 30,000 deferred sensors would otherwise
+    keep 30,000 more generators (and their frames, and the loop's weak references to them) for
+    the garbage collector to walk, and each event would pass one more generator level.
+    """
+
+    def __init__(self, registry: PollerRegistry, key: PollKey,
+                 open_probe: Callable[[], Awaitable[VersionProbe]]):
+        self._registry = registry
+        self._key = key
+        self._open_probe = open_probe
+        self._poller: TablePoller | None = None
+        self._closed = False
+
+    def __aiter__(self) -> Subscription:
+        return self
+
+    async def __anext__(self) -> Poll:
+        if self._closed:
+            raise StopAsyncIteration
+        if self._poller is None:
+            self._poller = await self._registry.join(self._key, self._open_probe)
+            if self._closed:  # closed while the probe opened
+                self._registry.leave(self._poller)
+                raise StopAsyncIteration
+            if self._poller.last is not None:
+                return self._poller.last
+        return await self._poller.next_published()
+
+    async def aclose(self) -> None:
+        if not self._closed and self._poller is not None:
+            self._registry.leave(self._poller)
+        self._closed = True
+
+
+async def closing_polls(polls: Subscription) -> AsyncIterator[Poll]:
+    """``polls`` for a consumer that may drop them without closing them (Airflow's shared
+    streams): a dropped generator is finalised, and its subscription with it."""
+    async with aclosing(polls):
+        async for found in polls:
+            yield found
 
 
 def _deliver(news: list[tuple[TablePoller, Poll]]) -> None:

@@ -202,6 +202,36 @@ def test_idle_tables_cost_the_loop_no_call_and_no_thread_each(growing_table, mon
     assert handed == [20, 20]  # a call a turn, each with the news of its slot's tables
 
 
+def test_a_waiting_deferred_trigger_keeps_few_generators(growing_table):
+    """The garbage collector walks every waiting trigger's objects, 30,000 of them on a large
+    triggerer, and its pauses stop the loop: a trigger waiting on its table's polls keeps three
+    async generators of this package (its ``run``, its filter of the polls, its ranges), the
+    subscription to the polls being a plain iterator."""
+    import gc
+
+    tables = [growing_table(1, name=f"t{i}") for i in range(10)]
+    triggers = [DeltaVersionTrigger(table_uri=t.uri, start_version=1, poll_interval=POLL,
+                                    fire_once=True) for t in tables]
+
+    def ours() -> int:
+        return sum(1 for found in gc.get_objects() if type(found).__name__ == "async_generator"
+                   and "airflow_provider_delta" in found.ag_code.co_filename)
+
+    async def scenario():
+        with hand_clocked_registry() as (clock, registry):
+            waiting = [asyncio.ensure_future(anext(trigger.run())) for trigger in triggers]
+            await subscribed(registry, tables=len(tables), subscribers=len(tables))
+            kept = ours()
+            await asyncio.to_thread(lambda: [table.append() for table in tables])
+            await turns(clock, POLL)
+            events = await asyncio.wait_for(asyncio.gather(*waiting), timeout=60)
+        return kept, [event.payload for event in events]
+
+    kept, payloads = asyncio.run(scenario())
+    assert kept == 3 * len(triggers)
+    assert {(p["status"], p["end_version"]) for p in payloads} == {("success", 1)}
+
+
 def test_triggers_starting_together_look_their_connection_up_once(growing_table, monkeypatch):
     """A triggerer starting thousands of triggers makes one lookup of their connection, not one
     each; a trigger that starts later looks it up again (a changed connection is seen)."""
