@@ -348,6 +348,9 @@ def missing_file_mask(uris: pa.Array, table_uri: str, storage_options: StorageOp
     missing = np.zeros(len(uris), dtype=bool)
     if not len(uris):
         return missing
+    one_folder = _one_local_folder(uris)
+    if one_folder is not None:  # the common case, a table's files side by side: no regex
+        return _missing_in_folder(*one_folder)
     paths = pc.replace_substring_regex(uris, _LOCAL_URI_PREFIX, "/")
     local = pc.match_substring_regex(paths, "^/[^/]").to_numpy(zero_copy_only=False)
     in_store = (pc.match_substring_regex(uris, _OBJECT_URI).to_numpy(zero_copy_only=False)
@@ -399,6 +402,28 @@ def split_folders(paths: pa.Array) -> tuple[pa.Array, pa.Array]:
     return pc.list_element(parts, 0), pc.list_element(parts, 1)
 
 
+def common_folder(uris: pa.Array) -> tuple[str, pa.Array] | None:
+    """The folder holding every one of ``uris`` directly (as they spell it, with its last
+    ``/``) and their names; None if they lie in several. Tested against the first one's folder
+    instead of splitting each."""
+    first = uris[0].as_py() if len(uris) and not uris.null_count else ""
+    prefix = first[:first.rfind("/") + 1]
+    if not prefix or not pc.all(pc.starts_with(uris, prefix)).as_py():
+        return None
+    names = pc.replace_substring(uris, prefix, "", max_replacements=1)
+    return None if pc.any(pc.match_substring(names, "/")).as_py() else (prefix, names)
+
+
+def _one_local_folder(uris: pa.Array) -> tuple[str, pa.Array] | None:
+    """The local folder (as :func:`split_folders` gives it) holding all of ``uris``, and
+    their names; None if they are elsewhere or in several."""
+    common = common_folder(uris)
+    if common is None:
+        return None
+    folder = re.sub(_LOCAL_URI_PREFIX, "/", common[0])  # the column-wise rule, on the folder
+    return (folder[:-1], common[1]) if re.match("/[^/]", folder) else None
+
+
 def _missing_in_folder(folder: str, names: pa.Array) -> np.ndarray:
     if len(names) < _LISTED_FOLDER_FILES:
         return np.array([not os.path.isfile(os.path.join(folder, name))
@@ -407,6 +432,16 @@ def _missing_in_folder(folder: str, names: pa.Array) -> np.ndarray:
         listed = pa.array(os.listdir(folder), pa.string())
     except (FileNotFoundError, NotADirectoryError):
         listed = pa.array([], pa.string())
+    return _absent(names, listed)
+
+
+def _absent(names: pa.Array, listed: pa.Array) -> np.ndarray:
+    """Which of ``names`` are not among ``listed``: a join counts the names found (cheaper
+    than a lookup per name), and only if some lack does a lookup tell which."""
+    found = pa.table({"name": names}).join(pa.table({"name": listed}), "name",
+                                           join_type="left semi", use_threads=False)
+    if found.num_rows == len(names):
+        return np.zeros(len(names), dtype=bool)
     return pc.invert(pc.is_in(names, value_set=listed)).to_numpy(zero_copy_only=False)
 
 
@@ -510,8 +545,7 @@ def _listed(listing: _Listing, prefix: str, keys: pa.Array) -> tuple[np.ndarray,
     listed = pa.concat_arrays(pages) if pages else pa.array([], pa.string())
     settled = (np.ones(len(keys), dtype=bool) if reached is None
                else pc.less_equal(keys, reached).to_numpy(zero_copy_only=False))
-    found = pc.is_in(keys, value_set=listed).to_numpy(zero_copy_only=False)
-    return settled, settled & ~found
+    return settled, settled & _absent(keys, listed)
 
 
 def _missing_by_head(uris: list[str], table_uri: str, storage_options: StorageOptions

@@ -16,7 +16,7 @@ from deltalake import write_deltalake
 from airflow_provider_delta.core import plan_snapshot
 from airflow_provider_delta.errors import MissingDataFileError, StorageAccessError
 from airflow_provider_delta.spark.reader import check_files_exist
-from airflow_provider_delta.storage import missing_file_mask, split_folders
+from airflow_provider_delta.storage import common_folder, missing_file_mask, split_folders
 from tests.conftest import S3_BUCKET, S3_SECRET
 from tests.moto_s3 import counted_requests, put_tree, scratch_bucket
 
@@ -163,3 +163,30 @@ def test_local_paths_split_into_folder_and_name():
     assert folders.to_pylist() == ["/t/p=1", "/t", "", "/t/_x=1", ""]
     assert names.to_pylist() == ["a.parquet", "b.parquet", "c.parquet", ".d", "e"]
 
+
+
+def test_files_of_one_folder_are_looked_up_in_its_listing(tmp_path):
+    """All of a plan's files in one folder (p=0 alone): the folder is taken from the first path,
+    listed once, and the missing ones still found, whatever URI spells the table."""
+    path = tmp_path / "one folder"
+    _table_of_copies(path, {0: 300})
+    deleted = {"p=0/copy-00000.parquet", "p=0/copy-00299.parquet"}
+    for name in deleted:
+        (path / name).unlink()
+    for location in (str(path), f"file://{path}", f"file://localhost{path}"):
+        paths = plan_snapshot(location).file_table.column("path").combine_chunks()
+        mask = missing_file_mask(paths, location, None)
+        assert sorted(paths.filter(pa.array(mask)).to_pylist()) == sorted(
+            p for p in paths.to_pylist() if p.rpartition("/one folder/")[2] in deleted)
+    (path / "p=0").rename(tmp_path / "moved")
+    paths = plan_snapshot(str(path)).file_table.column("path").combine_chunks()
+    assert missing_file_mask(paths, str(path), None).all()
+
+
+def test_the_common_folder_of_paths():
+    assert common_folder(pa.array(["file:///t/a", "file:///t/b"])) == (
+        "file:///t/", pa.array(["a", "b"]))
+    assert common_folder(pa.array(["/t/p=1/a", "/t/p=1/b"]))[0] == "/t/p=1/"
+    for several in (["/t/a", "/t/p=1/b"], ["/t/p=1/a", "/t/b"], ["/t/a", "/u/b"], ["a", "b"],
+                    ["/t/a", None], []):
+        assert common_folder(pa.array(several, pa.string())) is None
