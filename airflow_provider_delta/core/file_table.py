@@ -19,6 +19,7 @@ import functools
 import io
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import unquote
 
@@ -64,6 +65,7 @@ _NUM_RECORDS = r'"numRecords"\s*:\s*(?P<n>\d+)'
 _LEADING_NUM_RECORDS = r'^\{"numRecords":(?P<n>\d+)'
 _JSON_BLOCK = 1 << 20  # bytes of JSON lines Arrow parses per block
 _ALONE_BYTES = 1 << 18  # a commit this big is parsed alone (a call costs less than counting)
+_PARSERS = 2  # threads parsing big commits: the reader's own threads split a commit less well
 _PRIMITIVE_TYPES = {
     "string": pa.string(), "long": pa.int64(), "integer": pa.int32(), "short": pa.int16(),
     "byte": pa.int8(), "float": pa.float32(), "double": pa.float64(), "boolean": pa.bool_(),
@@ -92,9 +94,12 @@ def json_file_actions(commits: Sequence[tuple[int, bytes]], partition_names: Ite
     if not commits:
         return empty_raw_actions(long_fields)
     if len(commits) > 1 and any(len(text) >= _ALONE_BYTES for _, text in commits):
-        return pa.concat_tables([
-            json_file_actions(batch, partition_names, kinds, long_fields, vectors)
-            for batch in _batches(commits)])
+        def parsed_batch(batch: list[tuple[int, bytes]]) -> pa.Table:
+            return json_file_actions(batch, partition_names, kinds, long_fields, vectors)
+        # Arrow's reader lets go of the GIL: big commits are parsed side by side (in order,
+        # the first failure raised, as one after another would)
+        with ThreadPoolExecutor(_PARSERS, thread_name_prefix="delta-provider-parse") as pool:
+            return pa.concat_tables(pool.map(parsed_batch, _batches(commits)))
     values_type = pa.struct([(name, pa.string()) for name in dict.fromkeys(partition_names)])
     # a field costs Arrow's reader a value (or null) on every line: an empty struct too
     action_type = pa.struct([

@@ -10,10 +10,13 @@ round trip to the JVM per file.
 from __future__ import annotations
 
 import posixpath
+import re
 import unicodedata
 
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from airflow_provider_delta.storage import common_folder
 
 # java.net.URI path characters: unreserved, punctuation allowed in a segment, and "/".
 _PATH_SAFE = frozenset(
@@ -24,6 +27,7 @@ _PATH_SAFE = frozenset(
 _SAFE = r"[A-Za-z0-9\-_.!~*'():@&=+$,;]"
 _SEGMENT = rf"{_SAFE}*[A-Za-z0-9\-_!~*'():@&=+$,;]{_SAFE}*"
 _AS_SPARK_SPELLS_IT = rf"^[A-Za-z][A-Za-z0-9+.\-]*://[A-Za-z0-9\-_.!~*'():@&=+$,;]*(/{_SEGMENT})+$"
+_TRIPLE_SLASH = r"^([^:]*):///"
 
 
 def spark_file_path(uri: str) -> str:
@@ -41,12 +45,24 @@ def spark_file_paths(uris: pa.Array | pa.ChunkedArray) -> pa.Array:
     normalising go through Python."""
     if isinstance(uris, pa.ChunkedArray):
         uris = uris.combine_chunks()
-    plain = pc.match_substring_regex(uris, _AS_SPARK_SPELLS_IT)
-    spelled = pc.replace_substring_regex(uris, r"^([^:]*):///", r"\1:/")
+    plain, spelled = _spelled_as_they_are(uris)
     if pc.all(plain).as_py() is not False:
         return spelled
     others = [spark_file_path(uri) for uri in uris.filter(pc.invert(plain)).to_pylist()]
     return pc.replace_with_mask(spelled, pc.invert(plain), pa.array(others, pa.string()))
+
+
+def _spelled_as_they_are(uris: pa.Array) -> tuple[pa.Array, pa.Array]:
+    """Which of ``uris`` Spark spells as they are (but ``scheme:///`` as ``scheme:/``), and
+    that spelling. Where they share a folder, the folder is tested once and each name alone."""
+    common = common_folder(uris)
+    if common is None or not re.fullmatch(_AS_SPARK_SPELLS_IT, common[0] + "x"):
+        return (pc.match_substring_regex(uris, _AS_SPARK_SPELLS_IT),
+                pc.replace_substring_regex(uris, _TRIPLE_SLASH, r"\1:/"))
+    folder, names = common
+    spelled = re.sub(_TRIPLE_SLASH, r"\1:/", folder)
+    return (pc.match_substring_regex(names, rf"^{_SEGMENT}$"),
+            uris if spelled == folder else pc.replace_substring(uris, folder, spelled, max_replacements=1))
 
 
 def spark_read_paths(uris: pa.Array) -> pa.Array:

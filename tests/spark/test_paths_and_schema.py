@@ -54,6 +54,18 @@ def test_object_store_keys():
         spark_file_path(uri) for uri in uris]
 
 
+def test_paths_of_one_folder_spelled_as_one_by_one():
+    """Paths in one folder (a big plan's): the folder is tested once and each name alone; the
+    spelling is the same as path by path."""
+    names = [f"{name}.parquet" for name in AWKWARD_NAMES + PLAIN_NAMES] + [".", "..", ""]
+    for folder in ("file:///t/d/", "file:/t/", "s3://b/t/", "s3://b:9000/", "file:///t/a b/",
+                   "file:///t//a/./", "file:///", "gs://b/t/", "abfss://c@a.dfs/t/"):
+        for some in (names, ["x.parquet", "y"]):
+            uris = [folder + name for name in some]
+            assert spark_file_paths(pa.array(uris)).to_pylist() == [
+                spark_file_path(uri) for uri in uris], folder
+
+
 def _field(name, type_, field_id, physical, nullable=True):
     return {
         "name": name, "type": type_, "nullable": nullable,
