@@ -19,7 +19,7 @@ import datetime as dt
 import logging
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from functools import reduce
 
 import numpy as np
@@ -136,9 +136,7 @@ def read_plan(
             None, "only_rows", f"<rows of {len(only_rows)} of {len(plan)} file(s)>",
             "leaves files of the plan without rows", "list some rows of every file of the plan",
             plan.table_uri)
-    if not check_files:
-        return _read_checked_plan(spark, plan, storage_options, only_rows, row_index)
-    with _files_checked_meanwhile(plan, storage_options):
+    with _files_checked_meanwhile(plan, storage_options) if check_files else nullcontext():
         return _read_checked_plan(spark, plan, storage_options, only_rows, row_index)
 
 

@@ -18,6 +18,7 @@ import pytest
 
 from airflow_provider_delta.errors import UnsupportedFeatureError
 from airflow_provider_delta.spark import file_index, read_changes, read_snapshot
+from airflow_provider_delta.spark.file_index import hidden_files
 from airflow_provider_delta.spark.handoff import LOOKUP_MAX_FILES
 from tests.spark.conftest import inline_deletion_vector, spark_rows, write_commit
 
@@ -167,3 +168,14 @@ def test_the_index_source_is_read_from_the_zip_spark_submit_ships(tmp_path):
         assert ran.stdout.strip() == "True", ran.stderr
     finally:
         folder.remove()
+
+
+def test_hidden_names_of_sliced_and_plain_paths():
+    """Spark's hidden names, whether or not a path's bytes hold ``/.`` or ``/_`` (only then
+    are the names split off), in slices of a longer array too."""
+    paths = pa.array(["/t/.x/a.parquet", "/t/_p=1/b", "/t/_c", "/t/.d", "_e", "f", "/t/g",
+                      "/t/_x=1"])
+    expected = [False, False, True, True, True, False, False, False]
+    for start in range(len(paths)):
+        assert hidden_files(paths.slice(start)).to_pylist() == expected[start:]
+        assert hidden_files(paths.slice(0, start)).to_pylist() == expected[:start]
