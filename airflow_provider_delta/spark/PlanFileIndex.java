@@ -25,27 +25,27 @@ public class PlanFileIndex implements FileIndex {
     private final FileStatus[] files;
     private long bytes;
 
-    /** The files named in pathsFile (URIs as Spark spells them, one a line, UTF-8), of the
+    /** The files named in pathsFile (URIs as Spark spells them, UTF-8, one after another,
+     *  each starting at its offset in offsetsFile, which ends with the end of the last), of the
      *  sizes in sizesFile, read below root; each file's modification time is its position in
-     *  positionsFile (milliseconds: rows name their file by it). Both little-endian int64s. */
-    public PlanFileIndex(String root, String pathsFile, String sizesFile, String positionsFile)
-            throws Exception {
+     *  positionsFile (milliseconds: rows name their file by it). All little-endian int64s. */
+    public PlanFileIndex(String root, String pathsFile, String offsetsFile, String sizesFile,
+                         String positionsFile) throws Exception {
         roots = asSeq(new Path(root));
-        String lines = new String(Files.readAllBytes(Paths.get(pathsFile)), StandardCharsets.UTF_8);
-        final String[] paths = lines.isEmpty() ? new String[0] : lines.split("\n");
-        final long[] sizes = new long[paths.length];
-        final long[] positions = new long[paths.length];
-        ByteBuffer.wrap(Files.readAllBytes(Paths.get(sizesFile))).order(ByteOrder.LITTLE_ENDIAN)
-            .asLongBuffer().get(sizes);
-        ByteBuffer.wrap(Files.readAllBytes(Paths.get(positionsFile)))
-            .order(ByteOrder.LITTLE_ENDIAN).asLongBuffer().get(positions);
-        files = new FileStatus[paths.length];
-        // a URI parse and a Path per file, on every core
+        final byte[] text = Files.readAllBytes(Paths.get(pathsFile));
+        final long[] sizes = longs(sizesFile);
+        final long[] positions = longs(positionsFile);
+        final long[] offsets = longs(offsetsFile);
+        files = new FileStatus[sizes.length];
+        // a string, a URI parse and a Path per file, on every core
         Arrays.parallelSetAll(files, new IntFunction() {
             public Object apply(int i) {
+                int start = (int) offsets[i];
+                String path = new String(text, start, (int) offsets[i + 1] - start,
+                                         StandardCharsets.UTF_8);
                 try {
                     return new FileStatus(sizes[i], false, 1, BLOCK_SIZE, positions[i],
-                                          new Path(new URI(paths[i])));
+                                          new Path(new URI(path)));
                 } catch (java.net.URISyntaxException e) {
                     throw new IllegalArgumentException(e);
                 }
@@ -54,6 +54,13 @@ public class PlanFileIndex implements FileIndex {
         for (int i = 0; i < sizes.length; i++) {
             bytes += sizes[i];
         }
+    }
+
+    private static long[] longs(String file) throws Exception {
+        byte[] bytes = Files.readAllBytes(Paths.get(file));
+        long[] values = new long[bytes.length / 8];
+        ByteBuffer.wrap(bytes).order(ByteOrder.LITTLE_ENDIAN).asLongBuffer().get(values);
+        return values;
     }
 
     private static scala.collection.immutable.Seq asSeq(Object element) {

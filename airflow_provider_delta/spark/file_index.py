@@ -7,9 +7,9 @@ Delta's own reader instead trusts the log's paths and sizes and touches no data 
 this module, two ways:
 
 * ``PlanFileIndex`` (``PlanFileIndex.java``, compiled once per JVM by Janino, which Spark ships
-  for its own code generation): the paths as Spark spells them, one a line, and the sizes as
-  int64s go to the driver's JVM as two files, which it turns into Hadoop file statuses on every
-  core (about 1 microsecond a file). The scan is a ``HadoopFsRelation`` over that index with the
+  for its own code generation): the paths as Spark spells them (Arrow's bytes as they are,
+  with their offsets) and the sizes as int64s go to the driver's JVM as files, which it turns
+  into strings and Hadoop file statuses on every core (about 1 microsecond a file). The scan is a ``HadoopFsRelation`` over that index with the
   Parquet format, as ``spark.read.parquet`` builds it, so ``_metadata`` columns are there.
 * Where Janino cannot compile it, a ``_spark_metadata`` log, as Spark's streaming file sink
   writes it, read through ``MetadataLogFileIndex``: batch file ``0``, the line ``v1``, then one
@@ -46,6 +46,7 @@ from pyspark.sql import DataFrame, DataFrameReader, SparkSession
 from pyspark.sql.types import StructType
 
 from airflow_provider_delta.core.arrow import to_numpy
+from airflow_provider_delta.spark.handoff import joined
 from airflow_provider_delta.storage import split_folders
 
 log = logging.getLogger(__name__)
@@ -78,15 +79,16 @@ def index_scan(spark: SparkSession, index_class: object, schema: StructType,
     """One Parquet scan over ``PlanFileIndex`` (``index_class``, see :func:`scan_files`)."""
     jvm, session = spark._jvm, spark._jsparkSession
     sized = pc.greater(sizes, 0)
+    all_sized = pc.all(sized).as_py() is not False
+    text, ends = _bytes_and_ends(spark_paths if all_sized else spark_paths.filter(sized))
     with tempfile.TemporaryDirectory(prefix="delta-provider-files-") as folder:
-        paths_file, sizes_file = os.path.join(folder, "paths"), os.path.join(folder, "sizes")
-        positions_file = os.path.join(folder, "positions")
-        with open(paths_file, "wb") as handle:
-            handle.write(_joined_lines(spark_paths.filter(sized)))
-        to_numpy(sizes.filter(sized)).astype("<i8").tofile(sizes_file)
-        np.flatnonzero(to_numpy(sized)).astype("<i8").tofile(positions_file)
-        arguments = spark.sparkContext._gateway.new_array(jvm.java.lang.Object, 4)
-        for position, argument in enumerate((root, paths_file, sizes_file, positions_file)):
+        files = [os.path.join(folder, name) for name in ("paths", "offsets", "sizes", "positions")]
+        text.tofile(files[0])
+        ends.astype("<i8").tofile(files[1])
+        to_numpy(sizes if all_sized else sizes.filter(sized)).astype("<i8").tofile(files[2])
+        np.flatnonzero(to_numpy(sized)).astype("<i8").tofile(files[3])
+        arguments = spark.sparkContext._gateway.new_array(jvm.java.lang.Object, 5)
+        for position, argument in enumerate((root, *files)):
             arguments[position] = argument
         index = index_class.getConstructors()[0].newInstance(arguments)
     datasources = jvm.org.apache.spark.sql.execution.datasources
@@ -157,13 +159,20 @@ def hidden_files(paths: pa.Array) -> pa.Array:
 def _slash_before(paths: pa.Array, chars: bytes) -> bool:
     """Whether the bytes of ``paths`` hold a ``/`` followed by one of ``chars`` (numpy over
     Arrow's buffer: no copy, and quicker than a search for each pair)."""
-    _, offsets, data = paths.buffers()
-    if data is None or not len(paths):
-        return False
-    ends = np.frombuffer(offsets, np.int64 if pa.types.is_large_string(paths.type) else np.int32)
-    text = np.frombuffer(data, np.uint8)[ends[paths.offset]:ends[paths.offset + len(paths)]]
+    text, ends = _bytes_and_ends(paths)
+    text = text[ends[0]:ends[-1]]
     after_slash = text[1:][text[:-1] == ord("/")]
     return bool(np.isin(after_slash, np.frombuffer(chars, np.uint8)).any())
+
+
+def _bytes_and_ends(strings: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """The bytes behind ``strings`` (not copied) and where each string starts in them, then
+    where the last ends."""
+    _, offsets, data = strings.buffers()
+    dtype = np.int64 if pa.types.is_large_string(strings.type) else np.int32
+    ends = (np.frombuffer(offsets, dtype)[strings.offset:strings.offset + len(strings) + 1]
+            if offsets is not None else np.zeros(1, dtype))
+    return np.frombuffer(data if data is not None else b"", np.uint8), ends
 
 
 def _scan(reader: DataFrameReader, spark_paths: pa.Array, sizes: pa.Array, first: int
@@ -178,14 +187,12 @@ def _scan(reader: DataFrameReader, spark_paths: pa.Array, sizes: pa.Array, first
 
 def _log_entries(spark_paths: pa.Array, sizes: pa.Array, first: int) -> pa.Buffer:
     positions = pa.array(np.arange(first, first + len(spark_paths), dtype=np.int64))
-    return _joined_lines(pc.binary_join_element_wise(
+    return joined(pc.binary_join_element_wise(
         '{"path":"', _json_string_content(spark_paths), '","size":', pc.cast(sizes, pa.string()),
-        ',"isDir":false,"modificationTime":', pc.cast(positions, pa.string()), _ENTRY_END, ""))
+        ',"isDir":false,"modificationTime":', pc.cast(positions, pa.string()), _ENTRY_END, ""),
+        "\n").as_buffer()
 
 
-def _joined_lines(lines: pa.Array) -> pa.Buffer:
-    joined = pc.binary_join(pa.ListArray.from_arrays([0, len(lines)], lines), "\n")
-    return joined[0].as_buffer()
 
 
 def _json_string_content(values: pa.Array) -> pa.Array:

@@ -33,9 +33,13 @@ def java_strings(spark: SparkSession, values: pa.Array) -> object | None:
     if (jvm is None or not len(values) or pc.any(pc.equal(values, "")).as_py()
             or pc.any(pc.match_substring(values, _SEPARATOR)).as_py()):
         return None
-    text = pc.binary_join(pa.ListArray.from_arrays([0, len(values)], values), _SEPARATOR)
-    tokens = jvm.java.util.StringTokenizer(text[0].as_py(), _SEPARATOR)
+    tokens = jvm.java.util.StringTokenizer(joined(values, _SEPARATOR).as_py(), _SEPARATOR)
     return jvm.PythonUtils.toSeq(jvm.java.util.Collections.list(tokens))
+
+
+def joined(values: pa.Array, separator: str) -> pa.Scalar:
+    """``values`` joined by ``separator`` into one string, column-wise."""
+    return pc.binary_join(pa.ListArray.from_arrays([0, len(values)], values), separator)[0]
 
 
 def select_sql(spark: SparkSession, df: DataFrame, expressions: list[str]) -> DataFrame:
