@@ -90,7 +90,7 @@ def json_file_actions(commits: Sequence[tuple[int, bytes]], partition_names: Ite
     commits one by one. ``vectors=False`` (no protocol in force allows deletion vectors) reads
     one field of them instead of five, and reads again with all if a vector shows up anyway.
     """
-    commits = [(version, text) for version, text in commits if text.strip()]
+    commits = [(version, text) for version, text in commits if not blank(text)]
     if not commits:
         return empty_raw_actions(long_fields)
     if len(commits) > 1 and any(len(text) >= _ALONE_BYTES for _, text in commits):
@@ -143,6 +143,11 @@ def json_file_actions(commits: Sequence[tuple[int, bytes]], partition_names: Ite
         "deletionVector": field("deletionVector") if vectors else nulls(RAW_DV_TYPE, len(path)),
         **{name: field(name) for name in long_fields},
     }, schema=raw_schema(long_fields))
+
+
+def blank(text: bytes) -> bool:
+    """Whether ``text`` is empty or whitespace (``strip()`` would copy a big commit)."""
+    return not text or text.isspace()
 
 
 def _batches(commits: Sequence[tuple[int, bytes]]) -> Iterator[list[tuple[int, bytes]]]:

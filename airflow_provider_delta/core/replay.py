@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 from airflow_provider_delta.core.actions import parse_commit, partition_keys, table_metadata
 from airflow_provider_delta.core.arrow import combined, to_numpy
 from airflow_provider_delta.core.file_table import (
-    CHUNK_ROWS, checkpoint_add_columns, empty_raw_actions, json_file_actions, live_adds,
+    CHUNK_ROWS, blank, checkpoint_add_columns, empty_raw_actions, json_file_actions, live_adds,
     raw_checkpoint_adds,
 )
 from airflow_provider_delta.core.model import TableMetadata
@@ -204,7 +204,7 @@ def split_commit(location: TableLocation, version: int, raw: bytes, kinds: tuple
         actions = _other_actions(raw, kinds)
     except ValueError:  # JSONDecodeError, UnicodeDecodeError
         actions = None
-    if actions is None or not all(isinstance(a, dict) for a in actions) or not raw.strip():
+    if actions is None or not all(isinstance(a, dict) for a in actions) or blank(raw):
         commit_actions(location, version, raw)  # raises, naming the line
     return SplitCommit([a for a in actions if not _is_file_action(a, kinds)], raw)
 
