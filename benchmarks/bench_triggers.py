@@ -14,6 +14,8 @@ Once every trigger has made its first check, an idle window measures:
 * INFO log lines per second;
 * event-loop lag: a ticker sleeping 100 ms (the triggerer's watchdog period) records its
   oversleep, p99 and max, idle and while the events fire;
+* the longest pause of the garbage collector while the events fire (it stops the loop too),
+  and how many objects a full collection walks;
 * RSS added by the triggers (VmRSS after the window minus before creating them), and the
   process's peak RSS (VmHWM, the interpreter and Airflow's imports included).
 
@@ -37,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import logging
 import os
@@ -141,6 +144,25 @@ class LagTicker:
         return taken
 
 
+class GcPauses:
+    """The garbage collector's pauses (it stops every thread, the loop's too), longest first."""
+
+    def __init__(self):
+        self.pauses: list[float] = []
+        self._started = 0.0
+        gc.callbacks.append(self._observe)
+
+    def _observe(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.pauses.append(time.perf_counter() - self._started)
+
+    def take(self) -> list[float]:
+        taken, self.pauses = self.pauses, []
+        return taken
+
+
 class CountingHandler(logging.Handler):
     def __init__(self):
         super().__init__(logging.INFO)
@@ -202,6 +224,7 @@ async def scenario(count: int, poll: float, layout: str, workdir: Path, idle: fl
     logging.getLogger().addHandler(log_lines)
     logging.getLogger().setLevel(logging.INFO)
     ticker = LagTicker()
+    pauses = GcPauses()
     ticking = asyncio.ensure_future(ticker.run())
     await asyncio.sleep(0.3)
 
@@ -223,6 +246,7 @@ async def scenario(count: int, poll: float, layout: str, workdir: Path, idle: fl
     if profiler is not None:  # the idle window and the firing, not the start
         profiler.enable()
     ticker.take()
+    pauses.take()
     listed_before, lines_before = sum(listings.values()), log_lines.lines
     cpu_before, wall_before = time.process_time(), time.monotonic()
     await asyncio.sleep(idle)
@@ -232,6 +256,9 @@ async def scenario(count: int, poll: float, layout: str, workdir: Path, idle: fl
     rss_added = rss_bytes() - rss_before
     idle_listings = (sum(listings.values()) - listed_before) / idle_wall
     idle_lines = (log_lines.lines - lines_before) / idle_wall
+    objects = len(gc.get_objects())  # what a full collection walks (a stall: not measured)
+    ticker.take()
+    pauses.take()
 
     await asyncio.sleep(random.random() * poll)  # a shared table: any phase
     committed = await asyncio.to_thread(commit_spread, tables, poll)  # off the loop, as another
@@ -240,6 +267,7 @@ async def scenario(count: int, poll: float, layout: str, workdir: Path, idle: fl
     while len(fired) < count and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
     firing_lag = ticker.take()
+    firing_pauses = pauses.take()
     if profiler is not None:
         profiler.disable()
     detections = [fired[i] - committed[uri] for i, uri in enumerate(uris) if i in fired]
@@ -256,6 +284,7 @@ async def scenario(count: int, poll: float, layout: str, workdir: Path, idle: fl
         "idle_info_lines_per_s": idle_lines,
         "lag_idle_p99": percentile(idle_lag, 0.99), "lag_idle_max": max(idle_lag, default=0.0),
         "lag_firing_max": max(firing_lag, default=0.0),
+        "gc_firing_max": max(firing_pauses, default=0.0), "gc_objects": objects,
         "rss_added_mib": rss_added / 2**20, "rss_peak_mib": rss_bytes("VmHWM") / 2**20,
     }
 
@@ -318,7 +347,9 @@ def print_row(label: str, result: dict) -> None:
           f"INFO {result['idle_info_lines_per_s']:.0f} lines/s | "
           f"loop lag idle p99 {result['lag_idle_p99'] * 1e3:.0f} ms "
           f"max {result['lag_idle_max'] * 1e3:.0f} ms, firing max "
-          f"{result['lag_firing_max'] * 1e3:.0f} ms | RSS +{result['rss_added_mib']:.1f} MiB, "
+          f"{result['lag_firing_max'] * 1e3:.0f} ms (longest GC pause "
+          f"{result['gc_firing_max'] * 1e3:.0f} ms, {result['gc_objects'] / 1e6:.2f}M objects) | "
+          f"RSS +{result['rss_added_mib']:.1f} MiB, "
           f"peak {result['rss_peak_mib']:.0f} MiB | "
           f"first checks {result['first_checks_s']:.1f} s")
 
