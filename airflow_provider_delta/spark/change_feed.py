@@ -55,6 +55,10 @@ _BALANCE = "__delta_provider_balance"
 _SIGN, _RUNNING = "__delta_provider_sign", "__delta_provider_running"
 _HASH = "__delta_provider_hash"
 _KEY = "__delta_provider_comparable_"
+# Copy-on-write commits of at most this many bytes of files are netted in one task, with no
+# shuffle: a copied row and its original are read by different tasks of a scan, and only a
+# shuffle (whose cost grows with the rows) or one task reading both brings them together.
+_ONE_TASK_BYTES = 64 << 20
 
 
 def read_change_feed(
@@ -82,9 +86,11 @@ def read_feed(
     """The rows of a change feed plan (see :func:`read_change_feed`)."""
     reader = _FeedReader(spark, feed, storage_options)
     frames = reader.frames([c for c in feed.commits if not c.net])
-    netted = reader.frames([c for c in feed.commits if c.net and not c.row_tracking])
-    if netted:
-        frames.append(_net_changes(spark, union_by_name(netted)))
+    netted = [c for c in feed.commits if c.net and not c.row_tracking]
+    if netted:  # first: where it is one long task, it starts first
+        small = pc.sum(feed.files_of(netted).column("size")).as_py() <= _ONE_TASK_BYTES
+        frames.insert(0, _net_changes(spark, union_by_name(reader.frames(netted)),
+                                      one_task=small))
     schema = logical_schema(_with_cdf_columns(feed.metadata, tagged=()))
     tracked = [c for c in feed.commits if c.row_tracking]
     if tracked:  # copy-on-write commits that row ids pair: nothing compared row by row
@@ -212,8 +218,10 @@ def _with_cdf_columns(metadata: TableMetadata, tagged: tuple[str, ...]) -> Table
                    partition_columns=(*metadata.partition_columns, *tagged))
 
 
-def _net_changes(spark: SparkSession, rows: DataFrame) -> DataFrame:
-    """Removed minus added rows, per commit, as multisets (see the module docstring).
+def _net_changes(spark: SparkSession, rows: DataFrame, *, one_task: bool = False
+                 ) -> DataFrame:
+    """Removed minus added rows, per commit, as multisets (see the module docstring); in one
+    task (``one_task``: every row read by it, nothing shuffled) or after a shuffle.
 
     Rows equal in every column form a group; of ``r`` removed and ``a`` added copies, ``r - a``
     removed ones are kept as deletes, or ``a - r`` added ones as inserts. Where grouping gives
@@ -224,9 +232,12 @@ def _net_changes(spark: SparkSession, rows: DataFrame) -> DataFrame:
     fields = [field for field in rows.schema.fields if field.name != CHANGE_TYPE]
     names = [quoted(field.name) for field in fields]
     sign = f"CASE WHEN {quoted(CHANGE_TYPE)} = '{DELETE}' THEN 1 ELSE -1 END AS {_SIGN}"
+    if one_task:  # one partition: the grouping below needs no exchange
+        rows = rows.coalesce(1)
     if all(_exact(field.dataType) for field in fields):
         return _counted(spark, select_sql(spark, rows, [
-            *names, sign, f"xxhash64({', '.join(names)}) AS {_HASH}"]), names)
+            *names, sign, f"xxhash64({', '.join(names)}) AS {_HASH}"]), names,
+            shuffle=not one_task)
     comparable = {f"{_KEY}{number}": _comparable(F.col(name), field.dataType)
                   for number, (name, field) in enumerate(zip(names, fields))
                   if not _groupable(field.dataType)}
@@ -240,14 +251,16 @@ def _net_changes(spark: SparkSession, rows: DataFrame) -> DataFrame:
         f"{quoted(CHANGE_TYPE)}"])
 
 
-def _counted(spark: SparkSession, signed: DataFrame, names: list[str]) -> DataFrame:
+def _counted(spark: SparkSession, signed: DataFrame, names: list[str], *, shuffle: bool = True
+             ) -> DataFrame:
     """Each group's balance (removed minus added copies) as that many deletes or inserts of
     the group's values.
 
-    The rows are shuffled by a hash of their values, which the grouping includes: the groups
-    are then counted where they meet, without a pass on the reading side (a row and its copy
-    are read by different tasks, so it would reduce nothing) and without sorting them."""
-    balances = (signed.repartition(_HASH).groupBy(_HASH, *names)
+    With ``shuffle`` the rows are shuffled by a hash of their values, which the grouping
+    includes: the groups are then counted where they meet, without a pass on the reading side
+    (a row and its copy are read by different tasks, so it would reduce nothing) and without
+    sorting them. Without, ``signed`` is one partition and the groups are counted in it."""
+    balances = ((signed.repartition(_HASH) if shuffle else signed).groupBy(_HASH, *names)
                 .agg(F.sum(_SIGN).alias(_BALANCE)))
     change = f"CASE WHEN {_BALANCE} > 0 THEN '{DELETE}' ELSE '{INSERT}' END"
     return select_sql(spark, balances, [*names, f"explode(array_repeat({change}, "

@@ -17,7 +17,7 @@ from deltalake import DeltaTable, write_deltalake
 from pyspark.sql.types import VariantType
 
 from airflow_provider_delta.errors import SchemaChangeError
-from airflow_provider_delta.spark import read_change_feed
+from airflow_provider_delta.spark import change_feed, read_change_feed
 from tests.core.conftest import append_unchanged_merge
 from tests.spark.conftest import oracle_table, table_rows
 from tests.spark.test_variant import _as_json, _expected_json, variant_table
@@ -60,6 +60,15 @@ def cdf_off_table(tmp_path_factory) -> str:
     path = str(tmp_path_factory.mktemp("cdf-off") / "t")
     write_changes(path)
     return path
+
+
+@pytest.fixture(params=["one task", "shuffled"])
+def netting(request, monkeypatch) -> str:
+    """Rewrites netted in one task (small ones, as in these tests), or after a shuffle (big
+    ones)."""
+    if request.param == "shuffled":
+        monkeypatch.setattr(change_feed, "_ONE_TASK_BYTES", -1)
+    return request.param
 
 
 def _feed_rows(df, columns: list[str]) -> Counter:
@@ -321,7 +330,8 @@ def _overwritten_and_back(deleted: Counter, inserted: Counter) -> Counter:
                    | {(*row, "delete", 2): n for row, n in inserted.items()})
 
 
-def test_cdf_off_rewrite_nets_rows_exactly_as_multisets(spark, tmp_path, assert_same_rows):
+def test_cdf_off_rewrite_nets_rows_exactly_as_multisets(spark, tmp_path, assert_same_rows,
+                                                        netting):
     """Overwrites (copy-on-write commits removing every file) give removed minus added rows as
     multisets: duplicates counted, rows differing only in a null, a NaN or a nested value told
     apart, copies of each netted away; two commits in one range are netted apart."""
@@ -357,7 +367,7 @@ def test_cdf_off_partial_rewrite_nets_only_the_rewritten_files(spark, tmp_path, 
 
 
 def test_cdf_off_rewrite_of_exact_types_counts_groups_without_a_window(spark, tmp_path,
-                                                                        assert_same_rows):
+                                                                        assert_same_rows, netting):
     """Where grouping gives back each row's own values (no floats, maps, VARIANT or collated
     strings), the netting counts the groups instead of windowing over them: duplicates, nulls
     and nested-only differences still count apart, and two commits in a range net apart."""
@@ -377,6 +387,7 @@ def test_cdf_off_rewrite_of_exact_types_counts_groups_without_a_window(spark, tm
     feed = read_change_feed(spark, path, 1, 2)
     plan = feed._jdf.queryExecution().optimizedPlan().toString()
     assert "Aggregate" in plan and "Window" not in plan
+    assert ("RepartitionByExpression" in plan) == (netting == "shuffled")
     assert_same_rows(table_rows(feed.select("id", "name", "item", "_change_type",
                                             "_commit_version").toArrow()),
                      _overwritten_and_back(deleted, inserted))
@@ -385,3 +396,26 @@ def test_cdf_off_rewrite_of_exact_types_counts_groups_without_a_window(spark, tm
     write_deltalake(floats, pa.table({"x": [-0.0]}), mode="overwrite")
     assert "Window" in read_change_feed(spark, floats, 1)._jdf.queryExecution(
         ).optimizedPlan().toString()
+
+
+def test_cdf_off_small_rewrite_is_netted_in_one_task_without_a_shuffle(spark, tmp_path,
+                                                                       assert_same_rows):
+    """A copy-on-write DELETE whose files fit one task is netted where they are read: the
+    feed's plan has no exchange (none for the grouping, none for the window), and rows read
+    in many splits of their files still net exactly."""
+    ids = pa.array(range(3000), pa.int64())
+    spark.conf.set("spark.sql.files.maxPartitionBytes", "1024")  # many splits of each file
+    try:
+        for kind, values in (("counted", pc.cast(ids, pa.string())),
+                             ("windowed", pc.cast(ids, pa.float64()))):
+            path = str(tmp_path / kind)
+            write_deltalake(path, pa.table({"id": ids, "v": values}))
+            DeltaTable(path).delete("id % 1000 = 7")
+            assert spark.read.parquet(path).rdd.getNumPartitions() > 1
+            feed = read_change_feed(spark, path, 1)
+            plan = feed._jdf.queryExecution().executedPlan().toString()
+            assert "Exchange" not in plan and ("Window" in plan) == (kind == "windowed"), plan
+            rows = table_rows(feed.select("id", "_change_type", "_commit_version").toArrow())
+            assert_same_rows(rows, Counter({(i, "delete", 1): 1 for i in (7, 1007, 2007)}))
+    finally:
+        spark.conf.unset("spark.sql.files.maxPartitionBytes")
