@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import hung_test
+from tests import time_limit
 
 # Airflow reads its configuration at import time, so the test home is set before any import.
 _AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="airflow-home-"))
@@ -124,8 +124,8 @@ def shared_table(tmp_path):
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    """Every test (setup, call and teardown) under ``hung_test``'s time limit."""
-    timer = hung_test.watch(item)
+    """Every test (setup, call and teardown) under ``time_limit``'s time limit."""
+    timer = time_limit.watch(item)
     try:
         yield
     finally:

@@ -1,4 +1,4 @@
-"""Tests for test_hung_test.py to run in a pytest of their own (no test_ prefix: not
+"""Tests for test_time_limit.py to run in a pytest of their own (no test_ prefix: not
 collected with the suite)."""
 
 import time
