@@ -154,8 +154,7 @@ class DeltaVersionTrigger(BaseEventTrigger):
     def open_shared_stream(cls, kwargs: dict[str, Any]) -> AsyncIterator[Poll]:
         """The polls of the table in ``kwargs``, shared by every trigger of the process."""
         trigger = cls(**kwargs)
-        return closing_polls(registry().subscribe(trigger._poll_key(),
-                                                  partial(_probe_of, trigger)))
+        return closing_polls(registry().subscribe(trigger._poll_key(), partial(_probe_of, trigger)))
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         """Where the triggerer does not share streams: the same polls, shared by the registry."""
@@ -200,9 +199,7 @@ class DeltaVersionTrigger(BaseEventTrigger):
         """The event of ``found``; then a watcher's watermark moves to its end (at least once)."""
         await _emit_lag(probe, found, mode, self.task_instance)
         yield TriggerEvent({"status": "success", **found, "mode": mode})
-        if self.fire_once or self._shared_by_assets:
-            return
-        state = trigger_asset_state(self)
+        state = None if self.fire_once or self._shared_by_assets else trigger_asset_state(self)
         if state is not None:
             await state.aset(
                 self.state_key, encode_watermark(found["end_version"], probe.table_id))
