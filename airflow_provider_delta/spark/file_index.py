@@ -9,8 +9,9 @@ this module, two ways:
 * ``PlanFileIndex`` (``PlanFileIndex.java``, compiled once per JVM by Janino, which Spark ships
   for its own code generation): the paths as Spark spells them (Arrow's bytes as they are,
   with their offsets) and the sizes as int64s go to the driver's JVM as files, which it turns
-  into strings and Hadoop file statuses on every core (about 1 microsecond a file). The scan is a ``HadoopFsRelation`` over that index with the
-  Parquet format, as ``spark.read.parquet`` builds it, so ``_metadata`` columns are there.
+  into strings and Hadoop file statuses on every core (about 1 microsecond a file). The scan
+  is a ``HadoopFsRelation`` over that index with the Parquet format, as ``spark.read.parquet``
+  builds it, so ``_metadata`` columns are there.
 * Where Janino cannot compile it, a ``_spark_metadata`` log, as Spark's streaming file sink
   writes it, read through ``MetadataLogFileIndex``: batch file ``0``, the line ``v1``, then one
   JSON object per file (``path``, ``size``, ``isDir``, ``modificationTime``,
@@ -191,8 +192,6 @@ def _log_entries(spark_paths: pa.Array, sizes: pa.Array, first: int) -> pa.Buffe
         '{"path":"', _json_string_content(spark_paths), '","size":', pc.cast(sizes, pa.string()),
         ',"isDir":false,"modificationTime":', pc.cast(positions, pa.string()), _ENTRY_END, ""),
         "\n").as_buffer()
-
-
 
 
 def _json_string_content(values: pa.Array) -> pa.Array:

@@ -61,8 +61,9 @@ def _spelled_as_they_are(uris: pa.Array) -> tuple[pa.Array, pa.Array]:
                 pc.replace_substring_regex(uris, _TRIPLE_SLASH, r"\1:/"))
     folder, names = common
     spelled = re.sub(_TRIPLE_SLASH, r"\1:/", folder)
-    return (pc.match_substring_regex(names, rf"^{_SEGMENT}$"),
-            uris if spelled == folder else pc.replace_substring(uris, folder, spelled, max_replacements=1))
+    if spelled != folder:
+        uris = pc.replace_substring(uris, folder, spelled, max_replacements=1)
+    return pc.match_substring_regex(names, rf"^{_SEGMENT}$"), uris
 
 
 def spark_read_paths(uris: pa.Array) -> pa.Array:
