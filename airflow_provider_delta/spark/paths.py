@@ -25,7 +25,9 @@ _PATH_SAFE = frozenset(
 # A URI Spark spells as it is (but ``scheme:///`` as ``scheme:/``): scheme, authority, then
 # segments of characters java.net.URI leaves alone, none empty, "." or "..".
 _SAFE = r"[A-Za-z0-9\-_.!~*'():@&=+$,;]"
-_SEGMENT = rf"{_SAFE}*[A-Za-z0-9\-_!~*'():@&=+$,;]{_SAFE}*"
+# Its leading dots, then its first other character: one way to match a segment, so a path
+# that fails does not backtrack through every split of every segment (exponential in depth).
+_SEGMENT = rf"\.*[A-Za-z0-9\-_!~*'():@&=+$,;]{_SAFE}*"
 _AS_SPARK_SPELLS_IT = rf"^[A-Za-z][A-Za-z0-9+.\-]*://[A-Za-z0-9\-_.!~*'():@&=+$,;]*(/{_SEGMENT})+$"
 _TRIPLE_SLASH = r"^([^:]*):///"
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql.types import (
@@ -65,6 +68,19 @@ def test_paths_of_one_folder_spelled_as_one_by_one():
             assert spark_file_paths(pa.array(uris)).to_pylist() == [
                 spark_file_path(uri) for uri in uris], folder
 
+
+
+def test_a_deep_folder_that_needs_quoting_is_spelled_at_once():
+    """A folder Spark quotes (``%``) under many segments: the test of the folder must fail in
+    one pass; a pattern with several ways to match a segment took minutes at eight segments
+    (exponential in depth). In a child process, so a regression fails instead of hanging."""
+    folder = "file:///" + "/".join(["ab-cd.ef_g"] * 40) + "/bar+%21/"
+    code = ("import pyarrow as pa; from airflow_provider_delta.spark.paths import spark_file_paths;"
+            f"print(spark_file_paths(pa.array([{folder!r} + 'x.parquet'])).to_pylist()[0])")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, check=True)
+    assert done.stdout.strip() == spark_file_path(folder + "x.parquet")
+    assert done.stdout.strip().endswith("/bar+%2521/x.parquet")
 
 def _field(name, type_, field_id, physical, nullable=True):
     return {
