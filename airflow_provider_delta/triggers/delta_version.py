@@ -34,7 +34,6 @@ import logging
 import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
-from contextlib import aclosing
 from dataclasses import astuple
 from functools import partial
 from typing import Any
@@ -55,7 +54,7 @@ from airflow_provider_delta.hooks.delta import DEFAULT_CONN_ID
 from airflow_provider_delta.operators import parameters
 from airflow_provider_delta.storage import to_uri
 from airflow_provider_delta.triggers.pollers import (
-    HEARTBEAT_SECONDS, Poll, PollKey, backoff_seconds, closing_polls, registry,
+    HEARTBEAT_SECONDS, Poll, PollKey, Subscription, backoff_seconds, closing_polls, registry,
 )
 from airflow_provider_delta.watermarks import (
     Initial,
@@ -131,7 +130,7 @@ class DeltaVersionTrigger(BaseEventTrigger):
         self.state_key = state_key
         self.max_backoff = max_backoff
         self.data_changes_only = data_changes_only
-        self._progress = ProgressPace()
+        self._progress_at = float("-inf")  # when its INFO progress line last came
         self._probe: VersionProbe | None = None  # its poller's too (see _probe_of)
         self._shared_by_assets = False  # several assets watch through this one trigger
 
@@ -156,91 +155,85 @@ class DeltaVersionTrigger(BaseEventTrigger):
         trigger = cls(**kwargs)
         return closing_polls(registry().subscribe(trigger._poll_key(), partial(_probe_of, trigger)))
 
-    async def run(self) -> AsyncIterator[TriggerEvent]:
-        """Where the triggerer does not share streams: the same polls, shared by the registry."""
-        polls = registry().subscribe(self._poll_key(), partial(_probe_of, self))
-        async with aclosing(polls) as polls:
-            async for event in self.filter_shared_stream(polls):
-                yield event
+    def run(self) -> AsyncIterator[TriggerEvent]:
+        """Where the triggerer does not share streams: the same polls, shared by the registry.
 
-    async def filter_shared_stream(self, shared_stream: AsyncIterator[Poll]
-                                   ) -> AsyncIterator[TriggerEvent]:
+        Not a generator of its own: a waiting trigger keeps one async generator of ours (the
+        garbage collector walks those of 30,000 waiting sensors). The registry is the running
+        loop's, looked up on the first poll."""
+        polls = Subscription(self._poll_key(), partial(_probe_of, self))
+        return self._events(polls, owns_polls=True)
+
+    def filter_shared_stream(self, shared_stream: AsyncIterator[Poll]
+                             ) -> AsyncIterator[TriggerEvent]:
         """This trigger's events, from its own first check and then the table's shared polls."""
-        try:
-            probe = await _probe_of(self)
-            start = LoadStart("changes", self.start_version)
-            if self.start_version is None:
-                start = await self._retrying(self._start_from_watermark, probe)
-            if start.mode == "snapshot":  # a watcher's first event: the snapshot to load
-                snapshot = await asyncio.to_thread(probe.new_range, start.version, start.version)
-                async for event in self._announce(snapshot, start.mode, probe):
-                    yield event
-                start = LoadStart("changes", start.version + 1)
-        except DeltaProviderError as err:
-            if not self.fire_once:
-                raise
-            yield _error_event(self.table_uri, err)
-            return
-        async with aclosing(self._new_ranges(start.version, probe, shared_stream)) as ranges:
-            async for found in ranges:  # closed at once: see pollers.closing_polls
-                if isinstance(found, DeltaProviderError):
-                    yield _error_event(self.table_uri, found)
-                    return
-                if found is None:
-                    yield _timeout_event(self, start.version)
-                    return
-                async for event in self._announce(found, "changes", probe):
-                    yield event
-                if self.fire_once:
-                    return
+        return self._events(shared_stream, owns_polls=False)
 
-    async def _announce(self, found: VersionRange, mode: str, probe: VersionProbe
-                        ) -> AsyncIterator[TriggerEvent]:
-        """The event of ``found``; then a watcher's watermark moves to its end (at least once)."""
-        await _emit_lag(probe, found, mode, self.task_instance)
-        yield TriggerEvent({"status": "success", **found, "mode": mode})
+    async def _events(self, polls: AsyncIterator[Poll], owns_polls: bool
+                      ) -> AsyncIterator[TriggerEvent]:
+        """The events of :meth:`run` and :meth:`filter_shared_stream`; ``polls`` closed at the
+        end if ``owns_polls``."""
+        try:
+            try:
+                probe = await _probe_of(self)
+                mode, version = await self._start(probe)  # unpacked: no LoadStart kept
+                if mode == "snapshot":  # a watcher's first event: the snapshot to load
+                    snapshot = await asyncio.to_thread(probe.new_range, version, version)
+                    yield await self._success(snapshot, mode, probe)
+                    await self._keep_watermark(snapshot, probe)
+                    version += 1
+            except DeltaProviderError as err:
+                if not self.fire_once:
+                    raise
+                yield _error_event(self.table_uri, err)
+                return
+            if self.timeout_at is not None and time.time() >= self.timeout_at:
+                yield _timeout_event(self, version)
+                return
+            # Inline, not in a generator or coroutine of its own: a waiting trigger keeps no
+            # more frames than this one.
+            outcome = await asyncio.to_thread(self._check, probe, version)
+            polls = aiter(polls)
+            while True:
+                if isinstance(outcome, Poll):  # reading new commits blocks: off the loop
+                    outcome = (await asyncio.to_thread(self._range_of, outcome, probe, version)
+                               if _reads_commits(self, outcome, probe, version)
+                               else self._range_of(outcome, probe, version))
+                if isinstance(outcome, DeltaProviderError):
+                    yield _error_event(self.table_uri, outcome)
+                    return
+                if outcome is not None:  # a range
+                    yield await self._success(outcome, "changes", probe)
+                    if self.fire_once:
+                        return
+                    await self._keep_watermark(outcome, probe)
+                    version = outcome["end_version"] + 1
+                outcome = await _next_poll(polls, self.timeout_at, _longest_gap(self))
+                if outcome is None:
+                    yield _timeout_event(self, version)
+                    return
+        finally:
+            if owns_polls:
+                await polls.aclose()  # type: ignore[attr-defined]
+
+    async def _start(self, probe: VersionProbe) -> LoadStart:
+        """Where to start: ``start_version``, else after the watermark or as ``initial`` says."""
+        if self.start_version is not None:
+            return LoadStart("changes", self.start_version)
+        return await self._retrying(self._start_from_watermark, probe)
+
+    async def _success(self, found: VersionRange, mode: str, probe: VersionProbe) -> TriggerEvent:
+        """The event of ``found`` (its lag metrics first, if a metrics backend takes them)."""
+        if freshness.metrics_on():
+            await _emit_lag(probe, found, mode, self.task_instance)
+        return TriggerEvent({"status": "success", **found, "mode": mode})
+
+    async def _keep_watermark(self, found: VersionRange, probe: VersionProbe) -> None:
+        """After its event (at least once), a watcher's watermark moves to ``found``'s end."""
         state = None if self.fire_once or self._shared_by_assets else trigger_asset_state(self)
         if state is not None:
             await state.aset(
                 self.state_key, encode_watermark(found["end_version"], probe.table_id))
-
-    async def _new_ranges(
-        self, start_version: int, probe: VersionProbe, polls: AsyncIterator[Poll]
-    ) -> AsyncIterator[VersionRange | DeltaProviderError | None]:
-        """Ranges as found, first by this trigger's own check, then by the shared polls.
-
-        ``None`` means timed out, an error means give up.
-        """
-        if self.timeout_at is not None and time.time() >= self.timeout_at:
-            yield None
-            return
-        try:
-            outcome = await asyncio.to_thread(self._check, probe, start_version)
-        except DeltaProviderError as err:
-            outcome = Poll(error=err, failures=1)
-        polls = aiter(polls)
-        while True:
-            if isinstance(outcome, Poll):  # reading new commits blocks: off the loop
-                hop = (asyncio.to_thread if self._reads_commits(outcome, probe, start_version)
-                       else _call_now)
-                outcome = await hop(self._range_of, outcome, probe, start_version)
-            if isinstance(outcome, DeltaProviderError):
-                yield outcome
-                return
-            if outcome is not None:
-                yield outcome
-                start_version = outcome["end_version"] + 1
-            outcome = await _next_poll(polls, self.timeout_at, _longest_gap(self))
-            if outcome is None:
-                yield None
-                return
-
-    def _reads_commits(self, found: Poll, probe: VersionProbe, start_version: int) -> bool:
-        """Whether :meth:`_range_of` reads commits for this poll: with ``data_changes_only``,
-        when enough versions are new and some are not read yet (idle polls read none)."""
-        return (self.data_changes_only and found.error is None and found.latest is not None
-                and found.latest - start_version + 1 >= self.min_new_versions
-                and probe.has_unread(start_version, found.latest))
 
     def _range_of(self, found: Poll, probe: VersionProbe, start_version: int
                   ) -> VersionRange | DeltaProviderError | None:
@@ -254,14 +247,14 @@ class DeltaVersionTrigger(BaseEventTrigger):
             return probe.new_range(start_version, found.latest, self.min_new_versions,
                                    data_changes_only=self.data_changes_only,
                                    latest_commit_timestamp=found.latest_commit_timestamp,
-                                   quiet=found.latest >= start_version or not self._progress.due())
+                                   quiet=found.latest >= start_version or not _progress_due(self))
         except DeltaProviderError as err:  # reading a new commit (data_changes_only) failed
             return self._unless_retried(err, found.failures + 1)
 
     def _unless_retried(self, err: DeltaProviderError, failures: int) -> DeltaProviderError | None:
         """``err`` if it ends the wait; None (after logging) if the polls carry on."""
         if self._waits_for_table(err):
-            level = logging.INFO if self._progress.due() else logging.DEBUG  # once a minute
+            level = logging.INFO if _progress_due(self) else logging.DEBUG  # once a minute
             self.log.log(level, "%s (a watcher waits for the table to be created)", err)
             return None
         if err.permanent:
@@ -289,11 +282,16 @@ class DeltaVersionTrigger(BaseEventTrigger):
         """A watcher may be set up before its table: a missing table is then worth waiting for."""
         return not self.fire_once and isinstance(err, TableNotFoundError)
 
-    def _check(self, probe: VersionProbe, start_version: int) -> VersionRange | None:
-        latest = probe.latest(since=start_version - 1 if start_version > 0 else None)
-        return probe.new_range(start_version, latest, self.min_new_versions,
-                               data_changes_only=self.data_changes_only,
-                               quiet=not self._progress.due())
+    def _check(self, probe: VersionProbe, start_version: int) -> VersionRange | Poll | None:
+        """The trigger's own first check (in a worker thread): a range, nothing yet, or the
+        failed poll to go on from."""
+        try:
+            latest = probe.latest(since=start_version - 1 if start_version > 0 else None)
+            return probe.new_range(start_version, latest, self.min_new_versions,
+                                   data_changes_only=self.data_changes_only,
+                                   quiet=not _progress_due(self))
+        except DeltaProviderError as err:
+            return Poll(error=err, failures=1)
 
     def _poll_key(self) -> PollKey:
         return PollKey(to_uri(self.table_uri), self.delta_conn_id, float(self.poll_interval),
@@ -363,6 +361,16 @@ def _error_event(table_uri: str, err: DeltaProviderError) -> TriggerEvent:
     return TriggerEvent({"status": "error", "table_uri": table_uri, "message": str(err)})
 
 
+def _reads_commits(trigger: DeltaVersionTrigger, found: Poll, probe: VersionProbe,
+                   start_version: int) -> bool:
+    """Whether the trigger's ``_range_of`` reads commits for this poll: with
+    ``data_changes_only``, when enough versions are new and some are not read yet (idle polls
+    read none)."""
+    return (trigger.data_changes_only and found.error is None and found.latest is not None
+            and found.latest - start_version + 1 >= trigger.min_new_versions
+            and probe.has_unread(start_version, found.latest))
+
+
 def _backoff(trigger: DeltaVersionTrigger, failures: int) -> float:
     """The backoff after ``failures`` failures, ending no later than the trigger's timeout."""
     wait = backoff_seconds(trigger.poll_interval, trigger.max_backoff, failures)
@@ -377,16 +385,21 @@ def _longest_gap(trigger: DeltaVersionTrigger) -> float:
     return HEARTBEAT_SECONDS + max(trigger.max_backoff, interval) + 2 * interval
 
 
-async def _next_poll(polls: AsyncIterator[Poll], timeout_at: float | None,
-                     longest_gap: float) -> Poll | None:
+def _next_poll(polls: AsyncIterator[Poll], timeout_at: float | None,
+               longest_gap: float) -> Awaitable[Poll | None]:
     """The next shared poll; None once the timeout (epoch seconds) has passed.
 
     A timeout further away than ``longest_gap`` (the longest time between two published
     polls) needs no timer: a poll comes first, and the next call looks again. So thousands
-    of deferred sensors with days-long timeouts keep no timer each.
+    of deferred sensors with days-long timeouts keep no timer each, and no coroutine: the
+    awaitable of the polls is handed on as it is.
     """
     if timeout_at is None or timeout_at - time.time() > longest_gap:
-        return await anext(polls)
+        return anext(polls)
+    return _poll_before(polls, timeout_at)
+
+
+async def _poll_before(polls: AsyncIterator[Poll], timeout_at: float) -> Poll | None:
     try:
         return await asyncio.wait_for(anext(polls), max(timeout_at - time.time(), 0.0))
     except asyncio.TimeoutError:  # TimeoutError's alias from Python 3.11 on
@@ -394,32 +407,21 @@ async def _next_poll(polls: AsyncIterator[Poll], timeout_at: float | None,
 
 
 async def _emit_lag(probe: VersionProbe, found: VersionRange, mode: str, ti: Any) -> None:
-    """The range's lag metrics, if a metrics backend takes them; off the loop only if that reads
-    a commit (it rarely does)."""
-    if not freshness.metrics_on():
-        return
-    hop = asyncio.to_thread if freshness.range_lag_reads(found, mode) else _call_now
-    await hop(freshness.emit_range_lag, probe, found, mode, ti)
+    """The range's lag metrics; off the loop only if that reads a commit (it rarely does)."""
+    if freshness.range_lag_reads(found, mode):
+        await asyncio.to_thread(freshness.emit_range_lag, probe, found, mode, ti)
+    else:
+        freshness.emit_range_lag(probe, found, mode, ti)
 
 
-async def _call_now(function: Callable[..., Any], *args: Any) -> Any:
-    """``function(*args)`` in the event loop, awaitable as ``asyncio.to_thread`` is."""
-    return function(*args)
-
-
-class ProgressPace:
-    """A trigger's INFO progress line comes at most once per :data:`PROGRESS_LOG_SECONDS`."""
-
-    def __init__(self) -> None:
-        self._logged_at = float("-inf")
-
-    def due(self) -> bool:
-        """True when the INFO line's turn has come (and it is taken)."""
-        now = time.monotonic()
-        if now - self._logged_at < PROGRESS_LOG_SECONDS:
-            return False
-        self._logged_at = now
-        return True
+def _progress_due(trigger: DeltaVersionTrigger) -> bool:
+    """True when the trigger's INFO progress line's turn has come (and it is taken): once per
+    :data:`PROGRESS_LOG_SECONDS`. A float on the trigger, not an object of its own each."""
+    now = time.monotonic()
+    if now - trigger._progress_at < PROGRESS_LOG_SECONDS:
+        return False
+    trigger._progress_at = now
+    return True
 
 
 async def _probe_of(trigger: DeltaVersionTrigger) -> VersionProbe:

@@ -71,7 +71,7 @@ class TablePoller:
         self.slot = 0  # its place on its worker's wheel
         self.closed = False
         self._heard_at: float | None = None  # when the worker last handed over a poll
-        self._published = asyncio.Event()
+        self._waiters: list[asyncio.Future[Poll]] = []  # one a subscriber waiting for news
 
     def poll(self, now: float) -> Poll | None:
         """One listing (blocking: runs in a worker thread); the poll if worth publishing."""
@@ -103,13 +103,18 @@ class TablePoller:
     def announce(self, found: Poll) -> None:
         """Keep ``found`` and wake the subscribers (in the loop)."""
         self.last = found
-        published, self._published = self._published, asyncio.Event()
-        published.set()
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():  # else its subscriber was cancelled
+                waiter.set_result(found)
 
-    async def next_published(self) -> Poll:
-        """The next poll published."""
-        await self._published.wait()
-        return self.last
+    def next_published(self) -> asyncio.Future[Poll]:
+        """The next poll published: a future of the caller's own, so that cancelling one
+        subscriber cancels no other. A waiting subscriber keeps this future alone, not the
+        event, queue and coroutines of an ``asyncio.Event`` wait."""
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        return waiter
 
 
 def _retry_at(key: PollKey, found: Poll, now: float) -> float:
@@ -138,7 +143,7 @@ class PollerRegistry:
     def subscribe(self, key: PollKey, open_probe: Callable[[], Awaitable[VersionProbe]]
                   ) -> Subscription:
         """The polls of ``key``'s table as they are published, until ``aclose()``."""
-        return Subscription(self, key, open_probe)
+        return Subscription(key, open_probe, self)
 
     async def join(self, key: PollKey, open_probe: Callable[[], Awaitable[VersionProbe]]
                    ) -> TablePoller:
@@ -174,34 +179,43 @@ class Subscription:
 
     A plain async iterator, not an async generator: 30,000 deferred sensors would otherwise
     keep 30,000 more generators (and their frames, and the loop's weak references to them) for
-    the garbage collector to walk, and each event would pass one more generator level.
+    the garbage collector to walk, and each event would pass one more generator level. Once
+    joined, its ``__anext__`` hands out the poller's future itself, with no coroutine around it.
     """
 
-    def __init__(self, registry: PollerRegistry, key: PollKey,
-                 open_probe: Callable[[], Awaitable[VersionProbe]]):
-        self._registry = registry
+    def __init__(self, key: PollKey, open_probe: Callable[[], Awaitable[VersionProbe]],
+                 registry: PollerRegistry | None = None):
+        self._registry = registry  # None: the running loop's, once iterated
         self._key = key
-        self._open_probe = open_probe
+        self._open_probe: Callable[[], Awaitable[VersionProbe]] | None = open_probe
         self._poller: TablePoller | None = None
         self._closed = False
 
     def __aiter__(self) -> Subscription:
         return self
 
-    async def __anext__(self) -> Poll:
-        if self._closed:
+    def __anext__(self) -> Awaitable[Poll]:
+        if self._poller is None or self._closed:
+            return self._join()
+        return self._poller.next_published()
+
+    async def _join(self) -> Poll:
+        """The first poll: from joining the table's poller (made and polled for the first)."""
+        if self._closed or self._open_probe is None:
             raise StopAsyncIteration
-        if self._poller is None:
-            self._poller = await self._registry.join(self._key, self._open_probe)
-            if self._closed:  # closed while the probe opened
-                self._registry.leave(self._poller)
-                raise StopAsyncIteration
-            if self._poller.last is not None:
-                return self._poller.last
-        return await self._poller.next_published()
+        joined = self._registry = self._registry or registry()
+        poller = self._poller = await joined.join(self._key, self._open_probe)
+        # The poller's key serves every subscriber: this one's key and probe opener go.
+        self._key, self._open_probe = poller.key, None
+        if self._closed:  # closed while the probe opened
+            joined.leave(poller)
+            raise StopAsyncIteration
+        if poller.last is not None:
+            return poller.last
+        return await poller.next_published()
 
     async def aclose(self) -> None:
-        if not self._closed and self._poller is not None:
+        if not self._closed and self._poller is not None and self._registry is not None:
             self._registry.leave(self._poller)
         self._closed = True
 
