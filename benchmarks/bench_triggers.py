@@ -25,14 +25,19 @@ one poll interval in a shuffled order so that they fall at every phase of the po
 order the polls follow; the detection time of each
 trigger (event time minus its table's commit time) gives p50/p99.
 
+``--gc-freeze`` calls ``gc.freeze()`` in each scenario's process after its imports, before the
+triggers start: the import-time objects then leave the collector's walks. Airflow's triggerer
+does not do this (its dag processor and LocalExecutor do); it is a deployment's choice, not the
+provider's, and its rows say so.
+
 Every scenario runs in its own process, on tables made for it (their logs hard-linked to one
 template's) and deleted after it. ``--baseline-rev REV[,REV...]`` runs each scenario also on
 the package as it was at each git revision REV (side by side, same machine state) and prints
 ratios.
 
 Run: ``.venv/bin/python benchmarks/bench_triggers.py [--sizes 30000@5,10000@1] [--layouts
-separate,shared] [--idle 5] [--baseline-rev bb0d28a] [--profile]`` (the default sizes are
-issue #33's fleet: 30,000 triggers at a 5 s poll and 10,000 at 1 s, separate tables).
+separate,shared] [--idle 5] [--baseline-rev bb0d28a] [--profile] [--gc-freeze]`` (the default
+sizes are issue #33's fleet: 30,000 triggers at a 5 s poll and 10,000 at 1 s, separate tables).
 """
 
 from __future__ import annotations
@@ -212,12 +217,15 @@ async def drive(trigger, streams, fired: dict[int, float], index: int) -> None:
 
 
 async def scenario(count: int, poll: float, layout: str, workdir: Path, idle: float,
-                   profiler=None) -> dict:
+                   profiler=None, freeze: bool = False) -> dict:
     from airflow.triggers.shared_stream import SharedStreamManager
 
     from airflow_provider_delta.triggers import DeltaVersionTrigger
 
     tables = fresh_tables(workdir, count if layout == "separate" else 1)
+    if freeze:  # a deployment's setting (see the module's docstring), never the provider's
+        gc.collect()
+        gc.freeze()
     uris = [str(tables[i % len(tables)]) for i in range(count)]
     listings = count_listings()
     log_lines = CountingHandler()
@@ -285,6 +293,7 @@ async def scenario(count: int, poll: float, layout: str, workdir: Path, idle: fl
         "lag_idle_p99": percentile(idle_lag, 0.99), "lag_idle_max": max(idle_lag, default=0.0),
         "lag_firing_max": max(firing_lag, default=0.0),
         "gc_firing_max": max(firing_pauses, default=0.0), "gc_objects": objects,
+        "gc_frozen": gc.get_freeze_count(),
         "rss_added_mib": rss_added / 2**20, "rss_peak_mib": rss_bytes("VmHWM") / 2**20,
     }
 
@@ -305,14 +314,15 @@ def package_at(revision: str, into: Path) -> Path:
 
 
 def run_scenario(size: str, layout: str, workdir: Path, idle: float,
-                 package_root: Path | None, profile: bool) -> dict:
+                 package_root: Path | None, profile: bool, freeze: bool = False) -> dict:
     env = dict(os.environ)
     # This checkout's package, not whichever one the venv has installed.
     package_root = package_root or Path(__file__).resolve().parent.parent
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(package_root), env.get("PYTHONPATH")]))
     done = subprocess.run(
         [sys.executable, __file__, "--scenario", f"{size},{layout}", "--workdir", str(workdir),
-         "--idle", str(idle), *(["--profile"] if profile else [])],
+         "--idle", str(idle), *(["--profile"] if profile else []),
+         *(["--gc-freeze"] if freeze else [])],
         env=env, capture_output=True, text=True)
     if profile or done.returncode:
         print(done.stderr)
@@ -326,13 +336,14 @@ def parse_size(size: str) -> tuple[int, float]:
     return int(count), float(poll or 1.0)
 
 
-def run_profiled(count: int, poll: float, layout: str, workdir: Path, idle: float) -> dict:
+def run_profiled(count: int, poll: float, layout: str, workdir: Path, idle: float,
+                 freeze: bool) -> dict:
     """The scenario under cProfile (the event loop's thread only): where the loop's time goes."""
     import cProfile
     import pstats
 
     profiler = cProfile.Profile()
-    result = asyncio.run(scenario(count, poll, layout, workdir, idle, profiler))
+    result = asyncio.run(scenario(count, poll, layout, workdir, idle, profiler, freeze))
     profiler.dump_stats(workdir / f"profile-{count}@{poll:g}-{layout}.pstats")
     pstats.Stats(profiler, stream=sys.stderr).sort_stats("tottime").print_stats(25)
     return result
@@ -348,10 +359,17 @@ def print_row(label: str, result: dict) -> None:
           f"loop lag idle p99 {result['lag_idle_p99'] * 1e3:.0f} ms "
           f"max {result['lag_idle_max'] * 1e3:.0f} ms, firing max "
           f"{result['lag_firing_max'] * 1e3:.0f} ms (longest GC pause "
-          f"{result['gc_firing_max'] * 1e3:.0f} ms, {result['gc_objects'] / 1e6:.2f}M objects) | "
+          f"{result['gc_firing_max'] * 1e3:.0f} ms, {result['gc_objects'] / 1e6:.2f}M objects"
+          f"{frozen_note(result)}) | "
           f"RSS +{result['rss_added_mib']:.1f} MiB, "
           f"peak {result['rss_peak_mib']:.0f} MiB | "
           f"first checks {result['first_checks_s']:.1f} s")
+
+
+def frozen_note(result: dict) -> str:
+    """The rows of a ``--gc-freeze`` run say so: a deployment's setting, not the provider's."""
+    frozen = result.get("gc_frozen", 0)
+    return f", {frozen / 1e6:.2f}M frozen by gc.freeze(), a deployment setting" if frozen else ""
 
 
 def print_ratios(ours: dict, theirs: dict) -> None:
@@ -377,6 +395,9 @@ def main() -> None:
     parser.add_argument("--baseline-rev", default="",
                         help="also run each scenario on the package at these git revisions "
                              "(comma-separated)")
+    parser.add_argument("--gc-freeze", action="store_true",
+                        help="gc.freeze() after the imports in each scenario's process (a "
+                             "deployment's setting: Airflow's triggerer does not do it)")
     parser.add_argument("--scenario", help=argparse.SUPPRESS)
     args = parser.parse_args()
     workdir = Path(args.workdir)
@@ -385,9 +406,11 @@ def main() -> None:
         logging.getLogger("airflow").setLevel(logging.INFO)
         try:
             if args.profile:
-                result = run_profiled(*parse_size(size), layout, workdir, args.idle)
+                result = run_profiled(*parse_size(size), layout, workdir, args.idle,
+                                      args.gc_freeze)
             else:
-                result = asyncio.run(scenario(*parse_size(size), layout, workdir, args.idle))
+                result = asyncio.run(scenario(*parse_size(size), layout, workdir, args.idle,
+                                              freeze=args.gc_freeze))
         finally:
             for tables in workdir.glob("tables-*"):
                 shutil.rmtree(tables, ignore_errors=True)
@@ -398,14 +421,18 @@ def main() -> None:
     baselines = {rev: package_at(rev, workdir) for rev in args.baseline_rev.split(",") if rev}
     print(f"DeltaVersionTrigger x N in one event loop, idle window {args.idle:g} s; "
           f"load average before: {os.getloadavg()}", flush=True)
+    if args.gc_freeze:
+        print("gc.freeze() after the imports in every scenario: a deployment's setting, which "
+              "Airflow's triggerer does not make, and not the provider's", flush=True)
     for size in args.sizes.split(","):
         for layout in args.layouts.split(","):
-            ours = run_scenario(size, layout, workdir / "ours", args.idle, None, args.profile)
+            ours = run_scenario(size, layout, workdir / "ours", args.idle, None, args.profile,
+                                args.gc_freeze)
             print_row("this tree", ours)
             sys.stdout.flush()
             for rev, baseline in baselines.items():
                 theirs = run_scenario(size, layout, workdir / "base", args.idle, baseline,
-                                      args.profile)
+                                      args.profile, args.gc_freeze)
                 print_row(rev[:9], theirs)
                 print_ratios(ours, theirs)
     print(f"load average after: {os.getloadavg()}")
