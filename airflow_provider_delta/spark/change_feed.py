@@ -90,7 +90,7 @@ def read_feed(
     if netted:  # first: where it is one long task, it starts first
         small = pc.sum(feed.files_of(netted).column("size")).as_py() <= _ONE_TASK_BYTES
         frames.insert(0, _net_changes(spark, union_by_name(reader.frames(netted)),
-                                      one_task=small))
+                                      one_task=small, constants=_constant_tags(netted)))
     schema = logical_schema(_with_cdf_columns(feed.metadata, tagged=()))
     tracked = [c for c in feed.commits if c.row_tracking]
     if tracked:  # copy-on-write commits that row ids pair: nothing compared row by row
@@ -218,10 +218,23 @@ def _with_cdf_columns(metadata: TableMetadata, tagged: tuple[str, ...]) -> Table
                    partition_columns=(*metadata.partition_columns, *tagged))
 
 
-def _net_changes(spark: SparkSession, rows: DataFrame, *, one_task: bool = False
-                 ) -> DataFrame:
+def _constant_tags(commits: list[CommitChanges]) -> dict[str, str]:
+    """The commit's version and time as SQL, where the rows are of one commit: then they are
+    the same in every row, so the grouping leaves them out (each key column costs it per row)
+    and they are added back."""
+    if len(commits) != 1:
+        return {}
+    commit = commits[0]
+    return {COMMIT_VERSION: f"CAST({commit.version} AS BIGINT)",
+            COMMIT_TIMESTAMP: f"timestamp_millis({commit.timestamp_ms})"}
+
+
+def _net_changes(spark: SparkSession, rows: DataFrame, *, one_task: bool = False,
+                 constants: dict[str, str] | None = None) -> DataFrame:
     """Removed minus added rows, per commit, as multisets (see the module docstring); in one
-    task (``one_task``: every row read by it, nothing shuffled) or after a shuffle.
+    task (``one_task``: every row read by it, nothing shuffled) or after a shuffle. Columns
+    of ``constants`` (name to SQL) hold one value in every row: they are left out of the
+    comparison and given that value.
 
     Rows equal in every column form a group; of ``r`` removed and ``a`` added copies, ``r - a``
     removed ones are kept as deletes, or ``a - r`` added ones as inserts. Where grouping gives
@@ -229,15 +242,25 @@ def _net_changes(spark: SparkSession, rows: DataFrame, *, one_task: bool = False
     them keeps the rows themselves (floats, maps, VARIANT, collated strings). Written in SQL: a
     Column per field costs the driver a Py4J call each.
     """
+    constants = constants or {}
+    netted = _netted(spark, rows.drop(*constants), one_task=one_task)
+    if not constants:
+        return netted
+    return select_sql(spark, netted, ["*", *(f"{sql} AS {quoted(name)}"
+                                             for name, sql in constants.items())])
+
+
+def _netted(spark: SparkSession, rows: DataFrame, *, one_task: bool) -> DataFrame:
+    """:func:`_net_changes` of every column."""
     fields = [field for field in rows.schema.fields if field.name != CHANGE_TYPE]
     names = [quoted(field.name) for field in fields]
     sign = f"CASE WHEN {quoted(CHANGE_TYPE)} = '{DELETE}' THEN 1 ELSE -1 END AS {_SIGN}"
     if one_task:  # one partition: the grouping below needs no exchange
         rows = rows.coalesce(1)
     if all(_exact(field.dataType) for field in fields):
-        return _counted(spark, select_sql(spark, rows, [
-            *names, sign, f"xxhash64({', '.join(names)}) AS {_HASH}"]), names,
-            shuffle=not one_task)
+        shuffled = [] if one_task else [f"xxhash64({', '.join(names)}) AS {_HASH}"]
+        return _counted(spark, select_sql(spark, rows, [*names, sign, *shuffled]), names,
+                        shuffle=not one_task)
     comparable = {f"{_KEY}{number}": _comparable(F.col(name), field.dataType)
                   for number, (name, field) in enumerate(zip(names, fields))
                   if not _groupable(field.dataType)}
@@ -256,12 +279,15 @@ def _counted(spark: SparkSession, signed: DataFrame, names: list[str], *, shuffl
     """Each group's balance (removed minus added copies) as that many deletes or inserts of
     the group's values.
 
-    With ``shuffle`` the rows are shuffled by a hash of their values, which the grouping
-    includes: the groups are then counted where they meet, without a pass on the reading side
-    (a row and its copy are read by different tasks, so it would reduce nothing) and without
-    sorting them. Without, ``signed`` is one partition and the groups are counted in it."""
-    balances = ((signed.repartition(_HASH) if shuffle else signed).groupBy(_HASH, *names)
-                .agg(F.sum(_SIGN).alias(_BALANCE)))
+    With ``shuffle`` the rows are shuffled by a hash of their values (``signed``'s ``_HASH``),
+    which the grouping includes: the groups are then counted where they meet, without a pass
+    on the reading side (a row and its copy are read by different tasks, so it would reduce
+    nothing) and without sorting them. Without, ``signed`` is one partition and the groups are
+    counted in it. Groups that net to zero (most: the copied rows) are dropped before the
+    rows are repeated."""
+    keys = [_HASH, *names] if shuffle else names
+    balances = ((signed.repartition(_HASH) if shuffle else signed).groupBy(*keys)
+                .agg(F.sum(_SIGN).alias(_BALANCE)).where(f"{_BALANCE} != 0"))
     change = f"CASE WHEN {_BALANCE} > 0 THEN '{DELETE}' ELSE '{INSERT}' END"
     return select_sql(spark, balances, [*names, f"explode(array_repeat({change}, "
                                         f"CAST(abs({_BALANCE}) AS INT))) AS {quoted(CHANGE_TYPE)}"])

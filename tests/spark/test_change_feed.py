@@ -419,3 +419,28 @@ def test_cdf_off_small_rewrite_is_netted_in_one_task_without_a_shuffle(spark, tm
             assert_same_rows(rows, Counter({(i, "delete", 1): 1 for i in (7, 1007, 2007)}))
     finally:
         spark.conf.unset("spark.sql.files.maxPartitionBytes")
+
+
+@pytest.mark.parametrize("kind", ["counted", "windowed"])
+def test_cdf_off_rewrite_of_one_commit_is_netted_without_its_version(spark, tmp_path,
+                                                                     assert_same_rows, netting,
+                                                                     kind):
+    """The netted rows of one commit all hold its version and time: the grouping (or window)
+    leaves them out and the rows get them back as the commit's, the time its file's."""
+    ids = pa.array([1, 2, 2, 3], pa.int64())
+    values = pc.cast(ids, pa.string() if kind == "counted" else pa.float64())
+    path = str(tmp_path / "t")
+    write_deltalake(path, pa.table({"id": ids, "v": values}))
+    DeltaTable(path).delete("id = 2")
+    os.utime(Path(path, "_delta_log", f"{1:020d}.json"), (1_800_000_000, 1_800_000_000))
+    feed = read_change_feed(spark, path, 1, 1)
+    plan = feed._jdf.queryExecution().optimizedPlan().toString()
+    grouping = [line for line in plan.splitlines() if "Aggregate [" in line or "Window [" in line]
+    assert grouping and not any("_commit_" in line for line in grouping), plan
+    assert [(f.name, f.dataType.simpleString()) for f in feed.schema.fields][2:] == [
+        ("_change_type", "string"), ("_commit_version", "bigint"),
+        ("_commit_timestamp", "timestamp")]
+    rows = feed.toArrow()
+    assert [t.timestamp() for t in rows["_commit_timestamp"].to_pylist()] == [1_800_000_000] * 2
+    assert_same_rows(table_rows(rows.select(["id", "_change_type", "_commit_version"])),
+                     Counter({(2, "delete", 1): 2}))
