@@ -9,9 +9,12 @@ the commit did not copy is a ``delete``, or the ``update_preimage`` of an update
 the rows Delta's CDF reader gives for such commits; nothing is compared column by column.
 
 Ids come in ranges: a file's rows have consecutive ids unless materialized, and a rewrite keeps
-copied rows in order. So the entries' narrow columns (the two materialized ones and each row's
-position, no data column) are reduced by Spark to groups of rows whose id minus position is
-the same, few per file; on the driver these ranges give the removed rows to report
+copied rows in order. So each entry's rows are told as runs of ids: on the driver from its
+file's Parquet footer and, where a row group is not one run, its narrow materialized columns
+(:mod:`~airflow_provider_delta.core.row_id_runs`); for entries with a deletion vector or of a
+vector change, Spark reduces the narrow columns (the two materialized ones and each row's
+position, no data column) to groups of rows whose id minus position is the same, few per
+file. On the driver these ranges give the removed rows to report
 (:func:`~airflow_provider_delta.core.row_tracking.reported_removed_rows`), which are then read
 by position, and only added files holding rows of their commit's version are read in full.
 A file whose groups are not runs (two runs sharing an offset, rows a deletion vector masks)
@@ -36,6 +39,7 @@ from airflow_provider_delta.core.change_feed import (
 )
 from airflow_provider_delta.core.file_table import with_partition_values
 from airflow_provider_delta.core.model import TableMetadata
+from airflow_provider_delta.core.row_id_runs import RUN_FIELDS, ChangedFile, file_runs
 from airflow_provider_delta.core.row_tracking import (
     BASE_ROW_ID, DEFAULT_ROW_COMMIT_VERSION, MaterializedColumns, ReportedRows,
     entries_with_gaps, reported_removed_rows,
@@ -89,17 +93,24 @@ def _changes(reader, commits: list[CommitChanges], columns: MaterializedColumns
 
 def _runs(spark, entries: _Entries, tracked: TableMetadata, columns: MaterializedColumns
           ) -> pa.Table | None:
-    """The entries' groups of rows by id minus position (:func:`_id_runs`), those of entries
-    where such a group is not one run (:func:`~airflow_provider_delta.core.row_tracking.
-    entries_with_gaps`) split into runs by position; None if too many."""
-    runs = _small(_id_runs(spark, entries.narrow(tracked, columns), columns))
+    """The entries' runs of row ids: told on the driver from their files' footers where it
+    can (:func:`~airflow_provider_delta.core.row_id_runs.file_runs`), else grouped by Spark
+    by id minus position (:func:`_id_runs`), those of entries where such a group is not one
+    run (:func:`~airflow_provider_delta.core.row_tracking.entries_with_gaps`) split into
+    runs by position; None if too many."""
+    told, untold = entries.told_runs(columns)
+    if not len(untold) or told.num_rows > _MAX_COLLECTED:
+        return None if told.num_rows > _MAX_COLLECTED else told
+    runs = _small(_id_runs(spark, entries.narrow(tracked, columns, untold), columns))
     gapped = np.zeros(0, np.int64) if runs is None else entries_with_gaps(runs)
-    if not len(gapped):
-        return runs
-    split = _small(_id_runs(spark, entries.narrow(tracked, columns, gapped), columns,
-                            split=True))
-    return None if split is None else pa.concat_tables([
-        runs.filter(pc.invert(pc.is_in(runs["entry"], pa.array(gapped)))), split])
+    if len(gapped):
+        split = _small(_id_runs(spark, entries.narrow(tracked, columns, gapped,
+                                                      check_files=False), columns, split=True))
+        runs = None if split is None else pa.concat_tables([
+            runs.filter(pc.invert(pc.is_in(runs["entry"], pa.array(gapped)))), split])
+    if runs is None or told.num_rows + runs.num_rows > _MAX_COLLECTED:
+        return None
+    return pa.concat_tables([told, runs.select(told.column_names).cast(told.schema)])
 
 
 class _Entries:
@@ -145,8 +156,29 @@ class _Entries:
             if len(chosen)]
         return union_by_name(reads)
 
+    def told_runs(self, columns: MaterializedColumns) -> tuple[pa.Table, np.ndarray]:
+        """The runs of the whole entries without a deletion vector, told on the driver (as
+        :func:`_id_runs` groups them), and the positions of the other entries."""
+        vectors = self.all.column("deletion_vector").combine_chunks()
+        masked = to_numpy(pc.fill_null(pc.greater(vectors.field("cardinality"), 0), False))
+        told = np.flatnonzero(~masked & (np.arange(len(self.all)) < self.whole))
+        files = self.all.take(from_numpy(told)).select(["path", "size", "version"])
+        added = to_numpy(pc.equal(self.tag(CHANGE_TYPE), INSERT))[told]
+        defaults = to_numpy(self.tag(DEFAULT_ROW_COMMIT_VERSION))[told]
+        location = self.reader.feed.table_uri, self.reader.storage_options
+        runs = [file_runs(ChangedFile(path, size, version, default, bool(new)), columns,
+                          *location)
+                for path, size, version, default, new in zip(
+                    *(files.column(n).to_pylist() for n in ("path", "size", "version")),
+                    defaults.tolist(), added.tolist())]
+        entry = [np.full(t.num_rows, e, np.int64) for e, t in zip(told.tolist(), runs)]
+        table = pa.concat_tables([RUN_FIELDS.empty_table(), *runs])
+        table = table.add_column(0, "entry", from_numpy(np.concatenate([np.zeros(0, np.int64),
+                                                                        *entry])))
+        return table, np.setdiff1d(np.arange(len(self.all)), told)
+
     def narrow(self, tracked: TableMetadata, columns: MaterializedColumns,
-               positions: np.ndarray | None = None) -> DataFrame:
+               positions: np.ndarray | None = None, *, check_files: bool = True) -> DataFrame:
         """The rows of the entries at ``positions`` (all by default) as the materialized
         columns, the row's position, and per entry its number, ``defaultRowCommitVersion``
         and for added ones their commit's version: no data column."""
@@ -162,10 +194,9 @@ class _Entries:
             _ENTRY: pa.array(np.arange(len(self.all))),
             _WRITTEN_AT: pc.if_else(added, self.tag(COMMIT_VERSION), None),
             _SPARSE: pa.array(np.arange(len(self.all)) >= self.whole)})
-        every = positions is None
-        positions = np.arange(len(self.all)) if every else positions
+        positions = np.arange(len(self.all)) if positions is None else positions
         return self._read(narrow, positions, files=numbered, row_index=_ROW_INDEX,
-                          check_files=every)
+                          check_files=check_files)
 
     def runs(self, groups: pa.Table) -> pa.Table:
         """The groups of :func:`_id_runs` completed with their entries' tags: ids that are

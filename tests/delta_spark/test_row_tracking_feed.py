@@ -13,6 +13,7 @@ import pytest
 
 from airflow_provider_delta.core import plan_change_feed
 from airflow_provider_delta.job.driver import run_job
+from airflow_provider_delta.core import row_id_runs
 from airflow_provider_delta.spark import change_feed, reader, row_id_changes
 from airflow_provider_delta.spark.change_feed import read_change_feed
 from tests.delta_spark.conftest import needs_delta_jars
@@ -93,19 +94,25 @@ def test_feed_by_row_id_equals_deltas_change_data_feed(delta_spark, twins, monke
                             "_commit_timestamp"]  # no row-tracking column leaks
     assert _feed(ours) == expected
     checked = _checked_paths(monkeypatch)
-    gapped = {}
+    narrowed = _count_calls(monkeypatch, row_id_changes._Entries, "narrow")
+    gapped, by_spark = {}, {}
     for start in (3, 4, 7, 8, 9):  # single commits too: each kind of rewrite on its own
-        before = len(with_gaps)
+        before, narrow_before = len(with_gaps), len(narrowed)
         checked.clear()
         assert _feed(read_change_feed(delta_spark, tracked, start, start)) == Counter(
             {k: n for k, n in expected.items() if k[4] == start}), start
         gapped[start] = any(len(entries) for entries in with_gaps[before:])
-        # each file is checked for existence once, by the first of the commit's reads
+        by_spark[start] = len(narrowed) > narrow_before
+        # each file is checked for existence once: opened for its footer, or by the first
+        # of the commit's Spark reads
         assert checked and len(checked) == len(set(checked)), start
     # every commit is read by ranges of row ids, none by a join of ids; where a removed file
-    # has a deletion vector (7, 8: gaps in its ranges) its groups are split into runs first
+    # has a deletion vector (7, 8: gaps in its ranges) its groups are split into runs first,
+    # by Spark; the copy-on-write UPDATE and DELETE (3, 4) are told from their files' footers
+    # and materialized columns on the driver
     assert not joined
     assert gapped[7] and gapped[8]
+    assert not by_spark[3] and not by_spark[4] and by_spark[7]
 
 
 def test_feed_by_a_join_of_ids_where_runs_are_too_many(delta_spark, twins, monkeypatch):
@@ -126,10 +133,13 @@ def _count_calls(monkeypatch, module, name: str) -> list:
 
 
 def _checked_paths(monkeypatch) -> list:
-    """The paths of the files checked for existence before a read (the check still runs)."""
-    paths, real = [], reader.check_files_exist
+    """The paths of the files checked for existence before a read or opened on the driver
+    for their footers (both still run)."""
+    paths, real, opened = [], reader.check_files_exist, row_id_runs._open
     monkeypatch.setattr(reader, "check_files_exist", lambda plan, options: paths.extend(
         plan.file_table.column("path").to_pylist()) or real(plan, options))
+    monkeypatch.setattr(row_id_runs, "_open", lambda file, *args: paths.append(
+        file.uri) or opened(file, *args))
     return paths
 
 
