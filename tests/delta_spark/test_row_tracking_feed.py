@@ -115,6 +115,28 @@ def test_feed_by_row_id_equals_deltas_change_data_feed(delta_spark, twins, monke
     assert not by_spark[3] and not by_spark[4] and by_spark[7]
 
 
+def test_feed_by_row_id_over_files_of_many_row_groups(delta_spark, tmp_path, monkeypatch):
+    """Row groups of about 100 rows: a rewrite's file holds groups that are one run (told by
+    the footer) and groups with gaps or updated rows (their columns read)."""
+    reference, tracked = str(tmp_path / "cdf"), str(tmp_path / "row_tracking")
+    reads = _count_calls(monkeypatch, row_id_runs, "_read_runs")
+    footer = _count_calls(monkeypatch, row_id_runs, "_runs")
+    delta_spark.conf.set("parquet.block.size", "1")
+    try:
+        for path, properties in ((reference, _CDF), (tracked, _ROW_TRACKING)):
+            _create(delta_spark, path, properties)
+            table = f"delta.`{path}`"
+            delta_spark.sql(f"INSERT INTO {table} SELECT /*+ COALESCE(1) */ id, "
+                            "concat('a', id), 0 FROM range(0, 1000)")
+            delta_spark.sql(f"DELETE FROM {table} WHERE id % 97 = 5 AND id < 500")
+            delta_spark.sql(f"UPDATE {table} SET v = 'u' WHERE id IN (610, 611, 900)")
+    finally:
+        delta_spark.conf.unset("parquet.block.size")
+    assert _feed(read_change_feed(delta_spark, tracked, 1)) == _deltas_feed(
+        delta_spark, reference, 1)
+    assert reads and footer  # both kinds of row group were met
+
+
 def test_feed_by_a_join_of_ids_where_runs_are_too_many(delta_spark, twins, monkeypatch):
     reference, tracked = twins
     monkeypatch.setattr(row_id_changes, "_MAX_COLLECTED", 4)
