@@ -24,6 +24,7 @@ joined by Spark instead.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from itertools import groupby
 
@@ -58,6 +59,7 @@ _FILE_TAGS = (BASE_ROW_ID, DEFAULT_ROW_COMMIT_VERSION)
 _LONG = {"type": "long", "nullable": True, "metadata": {}}
 # removed rows to report (16 bytes each) picked by a broadcast; runs of ids collected
 _MAX_COLLECTED = 1 << 20
+_FOOTER_THREADS = 8  # changed files' footers read at once on the driver (latency-bound)
 
 
 def row_id_changes(reader, commits: list[CommitChanges], feed_columns: list[str]) -> DataFrame:
@@ -166,11 +168,14 @@ class _Entries:
         added = to_numpy(pc.equal(self.tag(CHANGE_TYPE), INSERT))[told]
         defaults = to_numpy(self.tag(DEFAULT_ROW_COMMIT_VERSION))[told]
         location = self.reader.feed.table_uri, self.reader.storage_options
-        runs = [file_runs(ChangedFile(path, size, version, default, bool(new)), columns,
-                          *location)
-                for path, size, version, default, new in zip(
-                    *(files.column(n).to_pylist() for n in ("path", "size", "version")),
-                    defaults.tolist(), added.tolist())]
+        changed = [ChangedFile(path, size, version, default, bool(new))
+                   for path, size, version, default, new in zip(
+                       *(files.column(n).to_pylist() for n in ("path", "size", "version")),
+                       defaults.tolist(), added.tolist())]
+        # a footer is a request or two on an object store: fetched side by side, in order
+        with ThreadPoolExecutor(_FOOTER_THREADS, thread_name_prefix="delta-provider-runs"
+                                ) as pool:
+            runs = list(pool.map(lambda file: file_runs(file, columns, *location), changed))
         entry = [np.full(t.num_rows, e, np.int64) for e, t in zip(told.tolist(), runs)]
         table = pa.concat_tables([RUN_FIELDS.empty_table(), *runs])
         table = table.add_column(0, "entry", from_numpy(np.concatenate([np.zeros(0, np.int64),
