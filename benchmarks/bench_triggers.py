@@ -133,19 +133,27 @@ def percentile(values: list[float], fraction: float) -> float:
 
 
 class LagTicker:
-    """Oversleep of a 100 ms sleep, the blocked-loop measure of the triggerer's watchdog."""
+    """Oversleep of a 100 ms sleep, the blocked-loop measure of the triggerer's watchdog.
+
+    A window holds only the sleeps that began in it: the sleep under way at ``take()`` belongs
+    to the window before (else a stall of the benchmark's own, such as ``gc.get_objects()``
+    between two windows, would be counted in the next one).
+    """
 
     def __init__(self):
         self.samples: list[float] = []
+        self._since = 0.0
 
     async def run(self) -> None:
         while True:
             started = time.monotonic()
             await asyncio.sleep(LAG_TICK)
-            self.samples.append(time.monotonic() - started - LAG_TICK)
+            if started >= self._since:
+                self.samples.append(time.monotonic() - started - LAG_TICK)
 
     def take(self) -> list[float]:
         taken, self.samples = self.samples, []
+        self._since = time.monotonic()
         return taken
 
 
