@@ -41,6 +41,7 @@ from airflow_provider_delta.spark.handoff import (
     LOOKUP_MAX_FILES, constant_sql, file_index_sql, select_sql,
 )
 from airflow_provider_delta.spark.paths import spark_file_paths, spark_read_paths
+from airflow_provider_delta.spark.row_positions import position_filter
 from airflow_provider_delta.spark.schema import (
     logical_schema,
     physical_read_schema,
@@ -280,6 +281,12 @@ def _read_round(
         looked_up = _with_file_constants(spark, scans[0], metadata, files, data_sql, row_index)
         if looked_up is not None:
             return looked_up
+    if round_deletions and _classic(spark):
+        by_position = _read_by_position(spark, scans, metadata, files, positions,
+                                        round_deletions, row_join == "left_semi", data_sql,
+                                        row_index)
+        if by_position is not None:
+            return by_position
     scan_columns = [F.col("*"), F.col("_metadata.file_path").alias(_FILE)]
     if round_deletions or row_index:
         scan_columns.append(F.col("_metadata.row_index").alias(_ROW))
@@ -298,20 +305,56 @@ def _read_round(
     return rows.select(_unmatched_file_guard(columns[0], metadata), *columns[1:])
 
 
+def _read_by_position(
+    spark: SparkSession, scans: list[DataFrame], metadata: TableMetadata, files: pa.Table,
+    positions: np.ndarray, deletions: Mapping[int, np.ndarray], keep: bool,
+    data_sql: list[str] | None, row_index: str | None,
+) -> DataFrame | None:
+    """The round's rows with the ``deletions`` (rows by plan position) kept alone (``keep``:
+    the change feed's picked rows) or dropped (deletion vectors), by a bitmap in the scan's
+    filter (:func:`~airflow_provider_delta.spark.row_positions.position_filter`), not by joins
+    on the path and the row; the files' constants looked up after it. None if the bitmap is
+    too big."""
+    local = {int(np.searchsorted(positions, p)): rows for p, rows in deletions.items()}
+    listed = position_filter(spark, local, len(files), F.col(_FILE_ID), F.col(_ROW))
+    if listed is None:
+        return None
+    rows = _union([select_sql(spark, scan, [
+        "*", f"{FILE_POSITION_SQL} AS {_FILE_ID}", f"_metadata.row_index AS {_ROW}",
+        f"_metadata.file_path AS {_FILE}"]) for scan in scans]).where(
+            listed if keep else ~listed)
+    if data_sql is not None and (not metadata.partition_columns
+                                 or len(files) <= LOOKUP_MAX_FILES):
+        looked_up = _with_file_constants(spark, rows, metadata, files, data_sql, row_index,
+                                         index=_FILE_ID)
+        if looked_up is not None:
+            return looked_up
+    columns = _result_columns(metadata) + ([F.col(_ROW).alias(row_index)] if row_index else [])
+    if not metadata.partition_columns:
+        return rows.select(*columns)
+    frame = _files_frame(spark, metadata, files, np.arange(len(files))).drop(_FILE)
+    rows = rows.join(F.broadcast(frame), _FILE_ID, "left")
+    return rows.select(_unmatched_file_guard(columns[0], metadata), *columns[1:])
+
+
 def _union(frames: list[DataFrame]) -> DataFrame:
     return reduce(DataFrame.union, frames)
 
 
 def _with_file_constants(
     spark: SparkSession, scan: DataFrame, metadata: TableMetadata, files: pa.Table,
-    data_sql: list[str], row_index: str | None = None,
+    data_sql: list[str], row_index: str | None = None, *, index: str | None = None,
 ) -> DataFrame | None:
     """The scan's rows with their file's partition values, looked up in SQL literals by the
     file's position (:data:`FILE_POSITION_SQL`; by path on Spark Connect, whose scan lists
-    paths), and ``row_index`` (see :func:`read_plan`); None if a value has no literal."""
+    paths; or the column ``index``, beside the row's position in ``_ROW``), and ``row_index``
+    (see :func:`read_plan`); None if a value has no literal."""
     positions = [f"_metadata.row_index AS {quoted(row_index)}"] if row_index else []
-    index = FILE_POSITION_SQL  # the scan is scan_files'
-    if not _classic(spark):  # the lookup by path once a row, before the constants
+    if index is not None:  # the rows were selected from the scan with both
+        positions = [f"{_ROW} AS {quoted(row_index)}"] if row_index else []
+    else:
+        index = FILE_POSITION_SQL  # the scan is scan_files'
+    if index == FILE_POSITION_SQL and not _classic(spark):  # by path once a row, first
         by_path = file_index_sql(spark_file_paths(files.column("path")), _UNMATCHED_FILE)
         scan = select_sql(spark, scan, ["*", *positions, f"{by_path} AS {_FILE_ID}"])
         index, positions = _FILE_ID, [quoted(row_index)] if row_index else []
