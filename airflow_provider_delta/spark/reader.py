@@ -4,9 +4,13 @@ One ``spark.read.parquet`` scan reads all files of a plan with the physical sche
 its end. Schema changes inside a plan are additive or type widenings: older files read NULL for
 new columns, and Spark 4's Parquet reader widens their narrow types (int to long, date to
 timestamp_ntz, decimal precision, ...), nested fields included.
-Partition values and deletion vectors are per file; they reach the rows through broadcast joins
-on Spark's ``_metadata.file_path`` (and ``_metadata.row_index`` for deleted rows), so no data row
-goes to the driver and no per-file DataFrames are unioned.
+Partition values and deletion vectors are per file. On a classic session a row's file is its
+position in the scan's file index, so partition values are SQL literals looked up by it (a few
+files), and deleted rows (or the rows a change feed picks) a bitmap the scan's filter reads at
+``_metadata.row_index`` (:mod:`~airflow_provider_delta.spark.row_positions`); otherwise they
+reach the rows through broadcast joins on Spark's ``_metadata.file_path`` (and
+``_metadata.row_index`` for deleted rows). No data row goes to the driver and no per-file
+DataFrames are unioned.
 
 A path can occur more than once in a range (a deletion-vector DELETE re-adds the file with a new
 vector). Each occurrence is read with its own vector: the k-th occurrences of all paths form the
