@@ -122,9 +122,11 @@ case "${1:-}" in
         .venv/bin/python -m dags_examples.demo "$@"  # --connect: on a local Spark Connect server
         ;;
     test)
+        # Two pytest-xdist workers, one a core (DELTA_TEST_WORKERS=0: one process); tests that
+        # share a costly session fixture go to one worker (tests/conftest.py, xdist_group).
         setup
         shift
-        .venv/bin/python -m pytest "$@"
+        .venv/bin/python -m pytest -n "${DELTA_TEST_WORKERS:-2}" --dist loadgroup "$@"
         ;;
     test-lowest)
         setup_lowest

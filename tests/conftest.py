@@ -17,9 +17,19 @@ import pytest
 from tests import time_limit
 
 # Airflow reads its configuration at import time, so the test home is set before any import.
+# A pytest-xdist worker inherits the home its controller set: each worker takes one of its own
+# (two processes creating and writing one SQLite metadata DB fail: "table xcom already exists").
 _AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="airflow-home-"))
 atexit.register(shutil.rmtree, _AIRFLOW_HOME, ignore_errors=True)  # one a pytest process
+# Only the home the controller set is replaced: this module is imported twice in a process
+# ("conftest", then "tests.conftest" by the tests that import from it), and processes the tests
+# start may import it too; they keep their worker's home.
+if (os.environ.get("PYTEST_XDIST_WORKER")
+        and os.environ.get("AIRFLOW_HOME") == os.environ.get("DELTA_TESTS_CONTROLLER_HOME")):
+    os.environ.pop("AIRFLOW_HOME", None)
+    os.environ.pop("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", None)
 os.environ.setdefault("AIRFLOW_HOME", str(_AIRFLOW_HOME))
+os.environ.setdefault("DELTA_TESTS_CONTROLLER_HOME", os.environ["AIRFLOW_HOME"])
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "True")
 os.environ.setdefault("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", f"sqlite:///{_AIRFLOW_HOME}/airflow.db")
@@ -31,8 +41,13 @@ SHARED_TABLES = Path(
 
 
 # Jars from Maven Central (spark.jars.packages) into ./.ivy2, cold in a fresh clone; resolved
-# against Maven Central only (tests/ivysettings.xml).
-IVY_CONFS = {"spark.jars.ivy": str(REPO_ROOT / ".ivy2"),
+# against Maven Central only (tests/ivysettings.xml). Each pytest-xdist worker resolves into a
+# folder of its own: Ivy takes no lock, and two JVMs filling one cache at once can leave it
+# corrupt (a jar half written, an ivy.xml listing the wrong files).
+_IVY_DIR = REPO_ROOT / ".ivy2"
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    _IVY_DIR = _IVY_DIR / os.environ["PYTEST_XDIST_WORKER"]
+IVY_CONFS = {"spark.jars.ivy": str(_IVY_DIR),
              "spark.jars.ivySettings": str(REPO_ROOT / "tests" / "ivysettings.xml")}
 # hadoop-aws of pyspark's Hadoop (3.5.0) with the AWS SDK modules S3A uses, instead of the SDK's
 # 686 MB bundle.
@@ -120,6 +135,25 @@ def shared_table(tmp_path):
         return str(target)
 
     return copy
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests that share a costly session fixture, or must not run side by side, go to one
+    pytest-xdist worker (``--dist loadgroup``, as ``bash scripts/dev.sh test`` runs them):
+
+    - ``tests/package``: the distribution built once (``python -m build`` writes its
+      ``*.egg-info`` into the checkout, so two builds at once would collide);
+    - the loads over Spark Connect: one ``connect_server`` (a JVM of 1 GiB and its jars'
+      resolution, about a minute) instead of one a worker.
+    """
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        params = [value if isinstance(value, tuple) else (value,)
+                  for value in (callspec.params.values() if callspec else ())]
+        if item.nodeid.startswith("tests/package/"):
+            item.add_marker(pytest.mark.xdist_group("package"))
+        elif "connect_server" in item.fixturenames or any("spark-connect" in p for p in params):
+            item.add_marker(pytest.mark.xdist_group("spark-connect"))
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -34,12 +34,17 @@ def _end_run(item) -> None:
     capture = item.config.pluginmanager.getplugin("capturemanager")
     if capture is not None:
         capture.suspend_global_capture()  # the report goes to the terminal, as pdb's does
-    terminal = item.config.get_terminal_writer()
-    terminal.line(f"\n{item.nodeid} still runs after {TIME_LIMIT:.0f} s "
-                  "(DELTA_TEST_TIME_LIMIT): ending the run")
-    for line in _report():
-        terminal.line(line)
-    terminal.flush()
+    lines = [f"\n{item.nodeid} still runs after {TIME_LIMIT:.0f} s "
+             "(DELTA_TEST_TIME_LIMIT): ending the run", *_report()]
+    if hasattr(item.config, "workerinput"):
+        # A pytest-xdist worker: its terminal goes nowhere, its standard error is the run's.
+        # Its Ctrl-C ends the whole run ("node down: keyboard-interrupt"), with the summary.
+        print(*lines, sep="\n", file=sys.stderr, flush=True)
+    else:
+        terminal = item.config.get_terminal_writer()
+        for line in lines:
+            terminal.line(line)
+        terminal.flush()
     os.kill(os.getpid(), signal.SIGINT)
     threading.Event().wait(_GRACE)
     os._exit(70)
