@@ -377,12 +377,18 @@ def test_airflow_3_backfill_create_loads_each_data_interval(user_env, tmp_path):
                 "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
                 "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
                 "AIRFLOW__API_AUTH__JWT_SECRET": "backfill-test-jwt-secret-0123456789",
-                "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5"})
+                "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+                # CI runs this test on two Airflow minors at once: the scheduler's log server
+                # must not take the default port the other one holds.
+                "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(_free_port())})
     logs = tmp_path / "logs"
     logs.mkdir()
     airflow = str(Path(sys.executable).with_name("airflow"))
-    commands = {"api-server": ["api-server", "--port", str(port)], "dag-processor":
-                ["dag-processor"], "scheduler": ["scheduler"]}
+    # One API server process: uvicorn's supervisor kills a worker that does not answer its 5 s
+    # health check, so on a busy machine workers still starting were killed and restarted over
+    # and over, and the tasks' calls to the execution API were refused meanwhile.
+    commands = {"api-server": ["api-server", "-H", "127.0.0.1", "--port", str(port), "-w", "1"],
+                "dag-processor": ["dag-processor"], "scheduler": ["scheduler"]}
     processes = []
     try:
         for name, command in commands.items():
