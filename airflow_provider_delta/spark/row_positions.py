@@ -31,21 +31,16 @@ def position_filter(spark: SparkSession, rows: Mapping[int, np.ndarray], files: 
     rows = {p: np.asarray(r).astype(np.int64) for p, r in rows.items() if len(r)}
     if jvm is None or not rows:
         return None
-    firsts, ends, words = {}, {}, []
+    low, high = np.zeros(files, np.int64), np.zeros(files, np.int64)  # a file's words
     for position, picked in rows.items():
-        first, last = int(picked.min()) >> 6, int(picked.max()) >> 6
-        firsts[position], ends[position] = first, last + 1
-        words.append(last + 1 - first)
-    if sum(words) + 3 * files > MAX_WORDS:
+        low[position], high[position] = int(picked.min()) >> 6, (int(picked.max()) >> 6) + 1
+    words = int((high - low).sum())
+    if words + 3 * files > MAX_WORDS:
         return None
-    starts = np.zeros(files, np.int64)
-    low, high = np.zeros(files, np.int64), np.zeros(files, np.int64)
-    bitmap, at = np.zeros(sum(words) * 64, bool), 0
-    for (position, picked), count in zip(rows.items(), words):
-        first = firsts[position]
-        bitmap[at * 64 + picked - first * 64] = True
-        starts[position], low[position], high[position] = at - first, first, ends[position]
-        at += count
+    starts = np.cumsum(high - low) - high  # word w of a file is the bitmap's starts + w
+    bitmap = np.zeros(words * 64, bool)
+    for position, picked in rows.items():
+        bitmap[starts[position] * 64 + picked] = True
     packed = np.packbits(bitmap, bitorder="little").view("<i8")
     slot = (file + F.lit(1)).cast("int")
     word = F.shiftright(row, 6)
