@@ -23,7 +23,9 @@ Then version 1 is committed to every table (a commit written by deltalake, kept 
 renamed into ``_delta_log``, as a local commit appears), the tables' commits spread evenly over
 one poll interval in a shuffled order so that they fall at every phase of the polls, whatever
 order the polls follow; the detection time of each
-trigger (event time minus its table's commit time) gives p50/p99.
+trigger (event time minus its table's commit time) gives p50/p99, split into the poll's delay
+(the commit to the first listing that saw it) and the hand-over (that listing to the event).
+The commits come from a child process, as a writer's would.
 
 ``--gc-freeze`` calls ``gc.freeze()`` in each scenario's process after its imports, before the
 triggers start: the import-time objects then leave the collector's walks. Airflow's triggerer
@@ -44,9 +46,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import gc
 import json
 import logging
+import multiprocessing
 import os
 import random
 import shutil
@@ -97,23 +101,31 @@ def linked_table(template: Path, table: Path) -> Path:
     return table
 
 
-def commit_spread(tables: list[Path], poll_interval: float) -> dict[str, float]:
-    """Commit version 1 to each table, spread evenly over one poll interval (so the commits
-    fall at every phase of the polls); the time of each commit by table.
+def commit_spread(listed: Path, poll_interval: float, record: Path) -> None:
+    """Commit version 1 to each table ``listed`` (a line each), spread evenly over one poll
+    interval (so the commits fall at every phase of the polls); writes the time of each commit
+    by table, and how late the latest one came against its turn, to ``record``.
+
+    Runs in another process, as a writer would. Both ways, only a file's name crosses: 30,000
+    paths pickled to the process, or their times unpickled back, would start a full garbage
+    collection in the benchmark's process among the events it measures.
 
     The tables take their turns in a shuffled order (the same in every run of a size): in the
     order they were made, a commit's phase would follow its trigger's start, and so its poll's
     phase wherever polls follow the order in which the triggers started.
     """
     committed = {}
-    tables = list(tables)
+    tables = [Path(line) for line in listed.read_text().splitlines()]
     random.Random(len(tables)).shuffle(tables)
     started = time.monotonic()
+    behind = 0.0
     for index, table in enumerate(tables):
-        time.sleep(max(0.0, started + index * poll_interval / len(tables) - time.monotonic()))
+        due = started + index * poll_interval / len(tables)
+        time.sleep(max(0.0, due - time.monotonic()))
         os.rename(table / PENDING_COMMIT, table / "_delta_log" / f"{1:020d}.json")
         committed[str(table)] = time.time()
-    return committed
+        behind = max(behind, time.monotonic() - due)
+    record.write_text(json.dumps({"committed": committed, "behind": behind}))
 
 
 # -- measuring -----------------------------------------------------------------------------
@@ -187,16 +199,21 @@ class CountingHandler(logging.Handler):
         self.bytes += len(self.format(record))
 
 
-def count_listings() -> dict[str, int]:
-    """Count the log listings of every poll, per table (``newest_version`` as the probe calls it)."""
+def count_listings(found: dict[str, float]) -> dict[str, int]:
+    """Count the log listings of every poll, per table (``newest_version`` as the probe calls it),
+    and note in ``found`` when a listing first saw version 1 of each table."""
     from airflow_provider_delta.core import probe
 
     per_table: dict[str, int] = {}
     listing = probe.newest_version
 
     def counted(location, since=None):
-        per_table[location.table_uri] = per_table.get(location.table_uri, 0) + 1
-        return listing(location, since)
+        uri = location.table_uri
+        per_table[uri] = per_table.get(uri, 0) + 1
+        latest = listing(location, since)
+        if latest >= 1 and uri not in found:
+            found[uri] = time.time()
+        return latest
 
     probe.newest_version = counted
     return per_table
@@ -235,7 +252,8 @@ async def scenario(count: int, poll: float, layout: str, workdir: Path, idle: fl
         gc.collect()
         gc.freeze()
     uris = [str(tables[i % len(tables)]) for i in range(count)]
-    listings = count_listings()
+    found: dict[str, float] = {}
+    listings = count_listings(found)
     log_lines = CountingHandler()
     logging.getLogger().addHandler(log_lines)
     logging.getLogger().setLevel(logging.INFO)
@@ -256,6 +274,13 @@ async def scenario(count: int, poll: float, layout: str, workdir: Path, idle: fl
             time.monotonic() - started < 120 + count / 100):
         await asyncio.sleep(0.1)
     first_checks_s = time.monotonic() - started
+    # Commits come from another process, as a writer's would: a thread of this one would take
+    # the interpreter's lock from the poll thread, which no writer does in a triggerer.
+    listed, record = workdir / "tables.txt", workdir / "commits.json"
+    listed.write_text("\n".join(map(str, tables)))
+    committer = concurrent.futures.ProcessPoolExecutor(
+        1, mp_context=multiprocessing.get_context("spawn"))
+    await asyncio.get_running_loop().run_in_executor(committer, time.sleep, 0)  # started now
     await asyncio.sleep(2 * poll)
     assert not fired, "fired before the commit"
 
@@ -277,16 +302,24 @@ async def scenario(count: int, poll: float, layout: str, workdir: Path, idle: fl
     pauses.take()
 
     await asyncio.sleep(random.random() * poll)  # a shared table: any phase
-    committed = await asyncio.to_thread(commit_spread, tables, poll)  # off the loop, as another
-    # process's commits would be
+    await asyncio.get_running_loop().run_in_executor(committer, commit_spread, listed, poll,
+                                                     record)
     deadline = time.monotonic() + 60 + 4 * poll
     while len(fired) < count and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
     firing_lag = ticker.take()
+    committer.shutdown()
+    commits = json.loads(record.read_text())
+    committed, commits_behind = commits["committed"], commits["behind"]
     firing_pauses = pauses.take()
     if profiler is not None:
         profiler.disable()
     detections = [fired[i] - committed[uri] for i, uri in enumerate(uris) if i in fired]
+    # A detection is the poll's delay (commit to the listing that saw it) plus the hand-over
+    # (that listing to the trigger's event: the head commit's read, the batch, the loop).
+    poll_delays = [found[uri] - committed[uri] for uri in committed if uri in found]
+    hand_overs = [fired[i] - found[uri] for i, uri in enumerate(uris)
+                  if i in fired and uri in found]
     for task in tasks:
         task.cancel()
     ticking.cancel()
@@ -295,6 +328,9 @@ async def scenario(count: int, poll: float, layout: str, workdir: Path, idle: fl
         "count": count, "poll": poll, "layout": layout, "fired": len(fired),
         "first_checks_s": first_checks_s,
         "detect_p50": percentile(detections, 0.5), "detect_p99": percentile(detections, 0.99),
+        "poll_delay_p99": percentile(poll_delays, 0.99), "poll_delay_max": max(poll_delays),
+        "hand_over_p99": percentile(hand_overs, 0.99), "hand_over_max": max(hand_overs),
+        "commits_behind_max": commits_behind,
         "idle_cpu": idle_cpu, "idle_listings_per_s": idle_listings,
         "listings_per_table_per_s": idle_listings / len(tables),
         "idle_info_lines_per_s": idle_lines,
@@ -360,7 +396,11 @@ def run_profiled(count: int, poll: float, layout: str, workdir: Path, idle: floa
 def print_row(label: str, result: dict) -> None:
     print(f"  {label:<9} N={result['count']:>5} poll {result['poll']:g} s {result['layout']:<8} "
           f"fired {result['fired']:>5} | detect p50 {result['detect_p50']:.2f} s "
-          f"p99 {result['detect_p99']:.2f} s | idle CPU {result['idle_cpu']:.3f} cores | "
+          f"p99 {result['detect_p99']:.2f} s (poll delay p99 {result['poll_delay_p99']:.2f} "
+          f"max {result['poll_delay_max']:.2f}, hand-over p99 "
+          f"{result['hand_over_p99']:.2f} max {result['hand_over_max']:.2f}, "
+          f"commits up to {result['commits_behind_max']:.2f} s late) | "
+          f"idle CPU {result['idle_cpu']:.3f} cores | "
           f"listings {result['idle_listings_per_s']:.0f}/s "
           f"({result['listings_per_table_per_s']:.2f}/table/s) | "
           f"INFO {result['idle_info_lines_per_s']:.0f} lines/s | "
