@@ -182,7 +182,8 @@ class _LogWalk:
     def __init__(self, location: TableLocation, start_version: int):
         self.location = location
         self.start_version = start_version
-        self.state = replay(location, start_version)
+        # the start commit as the range reads it: its file actions left in its text
+        self.state = replay(location, start_version, split_last=_FEED_ACTIONS)
         check_protocol(location.table_uri, self.state.protocol, start_version)
         self.protocol = self.state.protocol
         self.metadata = table_metadata(self.state.metadata, self.protocol)

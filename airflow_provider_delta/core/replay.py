@@ -213,22 +213,27 @@ def _other_actions(raw: bytes, kinds: tuple[str, ...]) -> list[Any]:
     """The parsed lines of ``raw`` that do not start as a ``kinds`` file action. A regular
     expression finds them, so the (many) file action lines are never split out one by one;
     text with ``\\r`` is split into lines."""
+    prefixes = _file_action_prefixes(kinds)
     if b"\r" in raw:
-        prefixes = tuple(b'{"%s":' % kind.encode() for kind in kinds)
         return [json.loads(line) for line in raw.splitlines()
                 if line.strip() and not line.startswith(prefixes)]
-    pattern = _other_lines_pattern(kinds)
-    lines = [raw[:raw.find(b"\n")] if b"\n" in raw else raw]
-    if pattern.match(b"\n" + lines[0]) is None:
-        lines = []
-    lines.extend(match.group(1) for match in pattern.finditer(raw))
+    end = raw.find(b"\n")
+    first = raw if end < 0 else raw[:end]
+    lines = [] if first.startswith(prefixes) else [first]
+    lines.extend(match.group(1) for match in _other_lines_pattern(kinds).finditer(raw))
     return [json.loads(line) for line in lines if line.strip()]
+
+
+@functools.cache
+def _file_action_prefixes(kinds: tuple[str, ...]) -> tuple[bytes, ...]:
+    """How a line of each of the ``kinds`` file actions starts."""
+    return tuple(b'{"%s":' % kind.encode() for kind in kinds)
 
 
 @functools.cache
 def _other_lines_pattern(kinds: tuple[str, ...]) -> re.Pattern[bytes]:
     """A newline, then a line that does not start as one of the ``kinds`` file actions."""
-    starts = b"|".join(re.escape(b'{"%s":' % kind.encode()) for kind in kinds)
+    starts = b"|".join(re.escape(prefix) for prefix in _file_action_prefixes(kinds))
     return re.compile(rb"\n(?!%s)([^\n]*)" % starts)
 
 
