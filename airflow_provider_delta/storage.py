@@ -71,6 +71,8 @@ STORE_SCHEMES = ("s3", "s3a", "s3n", "gs", "az", "azure", "abfs", "abfss", "adl"
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]+):")  # two letters at least: C: is a drive
 
 StorageOptions = dict[str, str] | None
+SharedFolder = tuple[str, pa.Array] | None  # a folder (with its last "/") and the names in it
+UNKNOWN = object()  # a SharedFolder not computed yet
 
 
 class ConnectionStorageOptions(dict):
@@ -340,15 +342,16 @@ def missing_files(uris: Iterable[str], table_uri: str, storage_options: StorageO
     return [u for u in uris if u in gone]
 
 
-def missing_file_mask(uris: pa.Array, table_uri: str, storage_options: StorageOptions
-                      ) -> np.ndarray:
+def missing_file_mask(uris: pa.Array, table_uri: str, storage_options: StorageOptions, *,
+                      common: SharedFolder | object = UNKNOWN) -> np.ndarray:
     """Which of ``uris`` do not exist, looked up column-wise. A local folder holding many of
     them is listed once, its other files get a ``stat`` each; on an object store a prefix
-    holding many of them is listed (see :func:`_listing_prefixes`), the others get a HEAD."""
+    holding many of them is listed (see :func:`_listing_prefixes`), the others get a HEAD.
+    ``common``: their :func:`common_folder`, where the caller has it already."""
     missing = np.zeros(len(uris), dtype=bool)
     if not len(uris):
         return missing
-    one_folder = _one_local_folder(uris)
+    one_folder = _one_local_folder(common_folder(uris) if common is UNKNOWN else common)
     if one_folder is not None:  # the common case, a table's files side by side: no regex
         return _missing_in_folder(*one_folder)
     paths = pc.replace_substring_regex(uris, _LOCAL_URI_PREFIX, "/")
@@ -402,7 +405,7 @@ def split_folders(paths: pa.Array) -> tuple[pa.Array, pa.Array]:
     return pc.list_element(parts, 0), pc.list_element(parts, 1)
 
 
-def common_folder(uris: pa.Array) -> tuple[str, pa.Array] | None:
+def common_folder(uris: pa.Array) -> SharedFolder:
     """The folder holding every one of ``uris`` directly (as they spell it, with its last
     ``/``) and their names; None if they lie in several. Tested against the first one's folder
     instead of splitting each."""
@@ -414,10 +417,10 @@ def common_folder(uris: pa.Array) -> tuple[str, pa.Array] | None:
     return None if pc.any(pc.match_substring(names, "/")).as_py() else (prefix, names)
 
 
-def _one_local_folder(uris: pa.Array) -> tuple[str, pa.Array] | None:
-    """The local folder (as :func:`split_folders` gives it) holding all of ``uris``, and
-    their names; None if they are elsewhere or in several."""
-    common = common_folder(uris)
+def _one_local_folder(common: SharedFolder) -> tuple[str, pa.Array] | None:
+    """The local folder (as :func:`split_folders` gives it) holding all of some URIs (their
+    :func:`common_folder` is ``common``), and their names; None if they are elsewhere or in
+    several."""
     if common is None:
         return None
     folder = re.sub(_LOCAL_URI_PREFIX, "/", common[0])  # the column-wise rule, on the folder

@@ -16,7 +16,7 @@ import unicodedata
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_provider_delta.storage import common_folder
+from airflow_provider_delta.storage import UNKNOWN, SharedFolder, common_folder
 
 # java.net.URI path characters: unreserved, punctuation allowed in a segment, and "/".
 _PATH_SAFE = frozenset(
@@ -42,22 +42,25 @@ def spark_file_path(uri: str) -> str:
     return prefix + "".join(_quote_char(c) for c in path)
 
 
-def spark_file_paths(uris: pa.Array | pa.ChunkedArray) -> pa.Array:
+def spark_file_paths(uris: pa.Array | pa.ChunkedArray, *,
+                     common: SharedFolder | object = UNKNOWN) -> pa.Array:
     """:func:`spark_file_path` of every URI, column-wise: only URIs that need quoting or
-    normalising go through Python."""
+    normalising go through Python. ``common``: their
+    :func:`~airflow_provider_delta.storage.common_folder`, where the caller has it already."""
     if isinstance(uris, pa.ChunkedArray):
         uris = uris.combine_chunks()
-    plain, spelled = _spelled_as_they_are(uris)
+    plain, spelled = _spelled_as_they_are(uris, common_folder(uris) if common is UNKNOWN
+                                          else common)
     if pc.all(plain).as_py() is not False:
         return spelled
     others = [spark_file_path(uri) for uri in uris.filter(pc.invert(plain)).to_pylist()]
     return pc.replace_with_mask(spelled, pc.invert(plain), pa.array(others, pa.string()))
 
 
-def _spelled_as_they_are(uris: pa.Array) -> tuple[pa.Array, pa.Array]:
+def _spelled_as_they_are(uris: pa.Array, common: SharedFolder) -> tuple[pa.Array, pa.Array]:
     """Which of ``uris`` Spark spells as they are (but ``scheme:///`` as ``scheme:/``), and
-    that spelling. Where they share a folder, the folder is tested once and each name alone."""
-    common = common_folder(uris)
+    that spelling. Where they share a folder (``common``), the folder is tested once and each
+    name alone."""
     if common is None or not re.fullmatch(_AS_SPARK_SPELLS_IT, common[0] + "x"):
         return (pc.match_substring_regex(uris, _AS_SPARK_SPELLS_IT),
                 pc.replace_substring_regex(uris, _TRIPLE_SLASH, r"\1:/"))

@@ -53,7 +53,9 @@ from airflow_provider_delta.spark.schema import (
     to_logical_columns,
     to_logical_sql,
 )
-from airflow_provider_delta.storage import file_size, missing_file_mask
+from airflow_provider_delta.storage import (
+    UNKNOWN, SharedFolder, common_folder, file_size, missing_file_mask,
+)
 
 log = logging.getLogger(__name__)
 
@@ -141,8 +143,12 @@ def read_plan(
             None, "only_rows", f"<rows of {len(only_rows)} of {len(plan)} file(s)>",
             "leaves files of the plan without rows", "list some rows of every file of the plan",
             plan.table_uri)
-    with _files_checked_meanwhile(plan, storage_options) if check_files else nullcontext():
-        return _read_checked_plan(spark, plan, storage_options, only_rows, row_index)
+    # the folder the files share, for both the existence check and a classic session's scan
+    common = (common_folder(plan.file_table.column("path").combine_chunks())
+              if check_files or _classic(spark) else UNKNOWN)
+    with (_files_checked_meanwhile(plan, storage_options, common) if check_files
+          else nullcontext()):
+        return _read_checked_plan(spark, plan, storage_options, only_rows, row_index, common)
 
 
 def _read_checked_plan(
@@ -151,6 +157,7 @@ def _read_checked_plan(
     storage_options: dict[str, str] | None,
     only_rows: Mapping[int, np.ndarray] | None,
     row_index: str | None = None,
+    common: SharedFolder | object = UNKNOWN,
 ) -> DataFrame:
     metadata = plan.metadata
     file_table = _scanned_file_table(plan, storage_options)
@@ -166,17 +173,17 @@ def _read_checked_plan(
     )
     row_join = "left_anti" if only_rows is None else "left_semi"
     return _union([_read_round(spark, plan.table_uri, metadata, file_table, positions, deletions,
-                               row_join, row_index) for positions in rounds])
+                               row_join, row_index, common) for positions in rounds])
 
 
 @contextmanager
-def _files_checked_meanwhile(plan: Plan, storage_options: dict[str, str] | None
-                             ) -> Iterator[None]:
+def _files_checked_meanwhile(plan: Plan, storage_options: dict[str, str] | None,
+                             common: SharedFolder | object = UNKNOWN) -> Iterator[None]:
     """:func:`check_files_exist` in a thread beside the body: its listing or requests overlap
     Spark's work on the file index. A missing file is raised, also in place of the body's
     error (it explains that one)."""
     with ThreadPoolExecutor(1, thread_name_prefix="delta-provider-check") as pool:
-        check = pool.submit(check_files_exist, plan, storage_options)
+        check = pool.submit(check_files_exist, plan, storage_options, common=common)
         try:
             yield
         except BaseException:
@@ -185,9 +192,11 @@ def _files_checked_meanwhile(plan: Plan, storage_options: dict[str, str] | None
         check.result()
 
 
-def check_files_exist(plan: Plan, storage_options: dict[str, str] | None) -> None:
+def check_files_exist(plan: Plan, storage_options: dict[str, str] | None, *,
+                      common: SharedFolder | object = UNKNOWN) -> None:
     paths = plan.file_table.column("path").combine_chunks()
-    gone = np.flatnonzero(missing_file_mask(paths, plan.table_uri, storage_options))
+    gone = np.flatnonzero(missing_file_mask(paths, plan.table_uri, storage_options,
+                                            common=common))
     if len(gone):
         first = int(gone[0])
         version = plan.file_table.column("version")[first].as_py()
@@ -262,6 +271,7 @@ def _read_round(
     deletions: Mapping[int, np.ndarray],
     row_join: str,
     row_index: str | None = None,
+    common: SharedFolder | object = UNKNOWN,  # of the file table's paths
 ) -> DataFrame:
     """One Parquet scan over files with distinct paths, with their partitions and DVs."""
     with_rows = np.fromiter(deletions, np.int64, len(deletions))
@@ -271,7 +281,8 @@ def _read_round(
     paths = files.column("path").combine_chunks()
     schema = physical_read_schema(metadata)
     if _classic(spark):
-        scans = scan_files(spark, schema, spark_file_paths(paths),
+        scans = scan_files(spark, schema,
+                           spark_file_paths(paths, common=common if whole else UNKNOWN),
                            files.column("size").combine_chunks(), table_uri)
     else:  # Spark Connect sends the paths in one message
         with _serial_listing(spark, len(paths) > _DISCOVERY_THRESHOLD and _all_local(paths)):
