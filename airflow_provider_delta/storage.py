@@ -9,13 +9,14 @@ Pure: imports neither Airflow nor Spark.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import logging
 import os
 import posixpath
 import re
 import shutil
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from typing import NamedTuple
@@ -591,6 +592,165 @@ def read_range(uri: str, start: int, length: int, table_uri: str,
         raise
     except STORE_ERRORS as exc:
         raise storage_error(table_uri, exc, storage_options) from exc
+
+
+# -- large objects, read in ranges ----------------------------------------------------------
+
+# An object up to this size is read whole, in one request, as before ranged reads; a larger one
+# costs a request for this much of its tail (a Parquet footer) and one per stretch read.
+TAIL_BYTES = 8 << 20
+_STREAM_CHUNK = 1 << 20  # bytes a stretch's response hands over at a time
+# A stretch whose response breaks off (e.g. at the client's timeout, 30 s by default, while a
+# slow reader holds it open) is asked again from where it stopped, up to this many times in a row.
+_STREAM_RETRIES = 2
+_OPEN_STRETCHES = 64  # stretches left unfinished (e.g. columns not read to the end) are dropped
+
+
+def read_object_tail(store: ObjectStore, key: str, on_error: Callable[[Exception], Exception]
+                     ) -> bytes | RangedObject | None:
+    """An object of ``store`` in one request: its bytes if it holds at most
+    :data:`TAIL_BYTES`, else a :class:`RangedObject` holding its tail; None if it does not
+    exist. ``on_error`` turns a store error into the error to raise."""
+    try:
+        try:
+            result = obstore.get(store, key, options={"range": {"suffix": TAIL_BYTES}})
+        except STORE_ERRORS as exc:
+            if not _no_tail(exc):
+                raise
+            result = obstore.get(store, key)  # an empty object: no range to answer with
+        tail, size = bytes(result.bytes()), int(result.meta["size"])
+    except FileNotFoundError:
+        return None
+    except STORE_ERRORS as exc:
+        raise on_error(exc) from exc
+    return tail if len(tail) >= size else RangedObject(store, key, size, tail, on_error)
+
+
+def _no_tail(exc: Exception) -> bool:
+    """Whether a store refused a suffix range as for an empty object: with a 416, or with a
+    whole (empty) answer that object_store calls ``NotPartial`` (moto)."""
+    status = _HTTP_STATUS.search(str(exc))
+    return "NotPartial" in str(exc) or (status is not None and status.group(1) == "416")
+
+
+class RangedObject:
+    """A large object read as a file (seek, read) by range requests, for pyarrow.
+
+    Its tail is held; any other read continues the open stretch that ends where it starts,
+    or opens one: a streamed request from there to the end of the span holding it
+    (:attr:`spans`, e.g. a Parquet file's column chunks), so each column chunk read from
+    start to end costs one request and is held a chunk at a time, never whole. Not for
+    threads: each one reads its own :meth:`reopened` copy."""
+
+    def __init__(self, store: ObjectStore, key: str, size: int, tail: bytes,
+                 on_error: Callable[[Exception], Exception]):
+        self.store, self.key, self.size, self.tail = store, key, size, tail
+        self._on_error = on_error
+        self._tail_start = size - len(tail)
+        self._position = 0
+        self._stretches: dict[int, _Stretch] = {}  # by the position each goes on from
+        self.spans: list[tuple[int, int]] = []  # sorted (start, end) byte ranges
+
+    def reopened(self) -> RangedObject:
+        """A reader of the same object at its start, with no stretch open."""
+        again = RangedObject(self.store, self.key, self.size, self.tail, self._on_error)
+        again.spans = self.spans
+        return again
+
+    def read(self, size: int = -1) -> bytes:
+        end = self.size if size is None or size < 0 else min(self.size, self._position + size)
+        pieces = []
+        while self._position < end:
+            if self._position >= self._tail_start:
+                start = self._position - self._tail_start
+                piece = self.tail[start:start + end - self._position]
+            else:
+                piece = self._streamed(min(end, self._tail_start) - self._position)
+            pieces.append(piece)
+            self._position += len(piece)
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)  # b"" past the end
+
+    def _streamed(self, length: int) -> bytes:
+        stretch = self._stretches.pop(self._position, None)
+        if stretch is None:
+            stretch = _Stretch(self, self._position, self._stretch_end(length))
+        piece = stretch.take(length)
+        if stretch.position < stretch.end:
+            self._stretches[stretch.position] = stretch
+            if len(self._stretches) > _OPEN_STRETCHES:
+                del self._stretches[next(iter(self._stretches))]
+        return piece
+
+    def _stretch_end(self, length: int) -> int:
+        """Where a stretch starting here ends: the end of the span holding it, else just past
+        this read."""
+        found = bisect.bisect_right(self.spans, (self._position, float("inf"))) - 1
+        end = self._position + max(length, _STREAM_CHUNK)
+        if found >= 0 and self.spans[found][0] <= self._position < self.spans[found][1]:
+            end = max(self._position + length, self.spans[found][1])
+        return min(end, self._tail_start)
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        base = {os.SEEK_SET: 0, os.SEEK_CUR: self._position, os.SEEK_END: self.size}[whence]
+        self._position = base + offset
+        return self._position
+
+    def tell(self) -> int:
+        return self._position
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    @property
+    def closed(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        self._stretches.clear()
+
+
+class _Stretch:
+    """One streamed range request of a :class:`RangedObject`, taken from a chunk at a time."""
+
+    def __init__(self, source: RangedObject, start: int, end: int):
+        self.source, self.position, self.end = source, start, end
+        self._held = memoryview(b"")
+        self._chunks: Iterator | None = None
+        self._failures = 0
+
+    def take(self, length: int) -> bytes:
+        """Up to ``length`` bytes from where the stretch stands (at least one)."""
+        while not len(self._held):
+            self._held = memoryview(self._next_chunk())
+        piece, self._held = self._held[:length], self._held[length:]
+        self.position += len(piece)
+        return bytes(piece)
+
+    def _next_chunk(self):
+        while True:
+            try:
+                if self._chunks is None:
+                    self._chunks = iter(obstore.get(
+                        self.source.store, self.source.key,
+                        options={"range": (self.position, self.end)},
+                    ).stream(min_chunk_size=_STREAM_CHUNK))
+                chunk = next(self._chunks)
+                self._failures = 0
+                return chunk
+            except StopIteration:
+                raise self.source._on_error(OSError(
+                    f"{self.source.key}: a range response ended at byte {self.position}, "
+                    f"short of {self.end}")) from None
+            except STORE_ERRORS as exc:
+                self._failures += 1
+                if self._failures > _STREAM_RETRIES or isinstance(exc, FileNotFoundError):
+                    raise self.source._on_error(exc) from exc
+                log.info("%s: reading again from byte %d (%s)", self.source.key,
+                         self.position, short_message(exc))
+                self._chunks = None
 
 
 def _remote_exists(uri: str, table_uri: str, storage_options: StorageOptions) -> bool:

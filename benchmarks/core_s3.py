@@ -26,7 +26,6 @@ def moto_s3_logs(tables: dict[int, Path]) -> Iterator[tuple[dict[str, str], dict
 @contextmanager
 def moto_bucket(bucket: str) -> Iterator[dict[str, str]]:
     """A moto S3 server on 127.0.0.1 holding an empty ``bucket``; yields its storage options."""
-    import boto3
     from moto.server import ThreadedMotoServer
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
@@ -34,15 +33,21 @@ def moto_bucket(bucket: str) -> Iterator[dict[str, str]]:
     server.start()
     try:
         host, port = server.get_host_and_port()
-        options = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench",
-                   "AWS_REGION": "us-east-1", "AWS_ENDPOINT_URL": f"http://{host}:{port}",
-                   "AWS_ALLOW_HTTP": "true"}
-        boto3.client("s3", endpoint_url=options["AWS_ENDPOINT_URL"], region_name="us-east-1",
-                     aws_access_key_id="bench", aws_secret_access_key="bench",
-                     ).create_bucket(Bucket=bucket)
-        yield options
+        yield new_bucket(f"http://{host}:{port}", bucket)
     finally:
         server.stop()
+
+
+def new_bucket(endpoint: str, bucket: str) -> dict[str, str]:
+    """Create ``bucket`` on the moto server at ``endpoint``; its storage options."""
+    import boto3
+
+    options = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench",
+               "AWS_REGION": "us-east-1", "AWS_ENDPOINT_URL": endpoint, "AWS_ALLOW_HTTP": "true"}
+    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                 aws_access_key_id="bench", aws_secret_access_key="bench",
+                 ).create_bucket(Bucket=bucket)
+    return options
 
 
 def upload_log(path: Path, uri: str, options: dict[str, str]) -> str:

@@ -2,11 +2,13 @@
 (a worker planning a load pays the same): ``plan_case.py CASE SIDE TABLE LAST_APPEND``.
 Prints the call's wall and CPU time and the process's peak RSS as JSON: ``VmHWM``, the peak
 of this program's own memory (``ru_maxrss`` keeps the peak of the parent it was forked from
-across ``exec``)."""
+across ``exec``). A remote TABLE's storage options come as JSON in ``BENCH_STORAGE_OPTIONS``
+(bench_plan_s3.py)."""
 
 from __future__ import annotations
 
 import json
+import os
 import resource
 import sys
 import time
@@ -15,7 +17,16 @@ from pathlib import Path
 
 def run_case(case: str, side: int, table: str, last_append: int) -> dict:
     """Plan in this (fresh) process; wall time of the call and the process's peak RSS."""
-    if case == "first":
+    options = json.loads(os.environ.get("BENCH_STORAGE_OPTIONS") or "null")
+    if options:  # a snapshot on S3, either side
+        if side == 0:
+            from airflow_provider_delta.core import plan_snapshot
+            action = lambda: len(plan_snapshot(table, storage_options=options))  # noqa: E731
+        else:
+            from deltalake import DeltaTable
+            action = lambda: DeltaTable(  # noqa: E731
+                table, storage_options=options).get_add_actions(flatten=True).num_rows
+    elif case == "first":
         from airflow_provider_delta.core import plan_snapshot
         if side == 1:
             import pandas  # noqa: F401

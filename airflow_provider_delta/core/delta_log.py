@@ -21,7 +21,9 @@ import obstore
 from obstore.store import ObjectStore
 
 from airflow_provider_delta.errors import DeltaProviderError, TableNotFoundError
-from airflow_provider_delta.storage import STORE_ERRORS, local_path, open_store, storage_error
+from airflow_provider_delta.storage import (
+    STORE_ERRORS, RangedObject, local_path, open_store, read_object_tail, storage_error,
+)
 
 log = logging.getLogger(__name__)
 
@@ -118,11 +120,13 @@ class TableLocation:
         except STORE_ERRORS as exc:
             raise self.storage_error(exc) from exc
 
-    def log_file_source(self, name: str) -> str | bytes | None:
-        """What pyarrow can open for ``_delta_log/<name>``: the local path (so large checkpoints
-        are read in pieces, never copied whole), else the bytes; None if it does not exist."""
+    def log_file_source(self, name: str) -> str | bytes | RangedObject | None:
+        """What pyarrow can open for ``_delta_log/<name>``, so that large checkpoints are read in
+        pieces, never copied whole: the local path; in an object store the bytes of a small
+        file, else a file read by range requests (:func:`read_object_tail`, one request
+        either way to start). None if it does not exist."""
         if self.local_root is None:
-            return self.read_log_file(name)
+            return read_object_tail(self.store, f"{LOG_DIR}/{name}", self.storage_error)
         path = os.path.join(self.local_root, LOG_DIR, name)
         return path if os.path.isfile(path) else None
 

@@ -39,6 +39,7 @@ from airflow_provider_delta.errors import (
     DamagedLogFileError, InvalidLogError, LogGapError, TableNotFoundError,
     VersionNotAvailableError,
 )
+from airflow_provider_delta.storage import RangedObject
 
 log = logging.getLogger(__name__)
 
@@ -534,11 +535,19 @@ def _read_sidecar(location: TableLocation, sidecar: Mapping[str, Any], version: 
     _parquet_actions(location, version, name, source, ["add"], state)
 
 
-def _bytes(source: str | bytes) -> bytes:
+def _bytes(source: str | bytes | RangedObject) -> bytes:
     if isinstance(source, bytes):
         return source
+    if isinstance(source, RangedObject):
+        return source.reopened().read()
     with open(source, "rb") as handle:
         return handle.read()
+
+
+def _size(source: str | bytes | RangedObject) -> int:
+    if isinstance(source, RangedObject):
+        return source.size
+    return len(source) if isinstance(source, bytes) else os.path.getsize(source)
 
 
 def _v2_json_actions(location: TableLocation, part: CheckpointFile, raw: bytes
@@ -553,7 +562,8 @@ def _v2_json_actions(location: TableLocation, part: CheckpointFile, raw: bytes
     return actions
 
 
-def _parquet_actions(location: TableLocation, version: int, name: str, source: str | bytes,
+def _parquet_actions(location: TableLocation, version: int, name: str,
+                     source: str | bytes | RangedObject,
                      columns: list[str], state: LogState | None) -> list[dict[str, Any]]:
     """The non-null actions of the given columns of a checkpoint Parquet file.
 
@@ -570,10 +580,10 @@ def _parquet_actions(location: TableLocation, version: int, name: str, source: s
         if "add" in columns and "add" in names:
             state.checkpoint_adds.extend(_checkpoint_adds(parquet, source, version))
     except (pa.ArrowException, OSError) as exc:
-        size = len(source) if isinstance(source, bytes) else os.path.getsize(source)
         raise DamagedLogFileError(
             location.table_uri, version, name,
-            f"it is not a readable Parquet file ({size} bytes, truncated or garbage: {exc})",
+            f"it is not a readable Parquet file ({_size(source)} bytes, truncated or garbage: "
+            f"{exc})",
         ) from exc
     actions = []
     for column_name in small:
@@ -613,12 +623,33 @@ def _last_row_holding(parquet: pq.ParquetFile, groups: list[int], column: str) -
     return to_numpy(found)[-1] if len(found) else -1
 
 
-def _parquet_file(source: str | bytes) -> pq.ParquetFile:
+def _parquet_file(source: str | bytes | RangedObject) -> pq.ParquetFile:
     """A checkpoint file read page by page: pyarrow's default (pre-buffering) reads every
     column chunk it is asked for whole, and deltalake writes a checkpoint's adds as one
-    uncompressed row group (the statistics alone: 250 MiB at 1M files)."""
+    uncompressed row group (the statistics alone: 250 MiB at 1M files). A remote one is read
+    by a request per column chunk, each streamed (each reader its own copy)."""
+    if isinstance(source, RangedObject):
+        remote = source.reopened()
+        parquet = pq.ParquetFile(remote, pre_buffer=False, buffer_size=_PARQUET_BUFFER)
+        remote.spans = _column_chunk_spans(parquet.metadata)
+        return parquet
     return pq.ParquetFile(pa.BufferReader(source) if isinstance(source, bytes) else source,
                           pre_buffer=False, buffer_size=_PARQUET_BUFFER)
+
+
+def _column_chunk_spans(metadata: pq.FileMetaData) -> list[tuple[int, int]]:
+    """Where each column chunk lies in the file, as pyarrow reads it: from its dictionary
+    page (if any) on, ``total_compressed_size`` bytes."""
+    spans = []
+    for group in range(metadata.num_row_groups):
+        row_group = metadata.row_group(group)
+        for index in range(row_group.num_columns):
+            chunk = row_group.column(index)
+            start = chunk.data_page_offset
+            if chunk.has_dictionary_page and 0 < chunk.dictionary_page_offset < start:
+                start = chunk.dictionary_page_offset
+            spans.append((start, start + chunk.total_compressed_size))
+    return sorted(spans)
 
 
 def _first_leaf(parquet: pq.ParquetFile, column: str) -> str:
@@ -643,7 +674,7 @@ def _row_groups_holding(parquet: pq.ParquetFile, column: str) -> list[int]:
     return groups
 
 
-def _checkpoint_adds(parquet: pq.ParquetFile, source: str | bytes, version: int
+def _checkpoint_adds(parquet: pq.ParquetFile, source: str | bytes | RangedObject, version: int
                      ) -> list[pa.Table]:
     """The checkpoint's AddFiles as raw actions, ``CHUNK_ROWS`` at a time (their statistics,
     read only to count rows, are the biggest thing a checkpoint holds: each chunk's are

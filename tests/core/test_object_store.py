@@ -124,3 +124,53 @@ def test_an_idle_poke_is_one_listing_at_any_history_length(tmp_path, s3_options)
                 assert probe.new_range(head + 1, probe.latest(since=head)) is None
             assert requests == {"GET": 3}, (commits, requests)
     assert first_pokes[0] == first_pokes[1], first_pokes
+
+
+def _table_of_many_files(path, files: int) -> None:
+    """A table whose second commit adds ``files`` files (log only) with statistics, then
+    deltalake's checkpoint of it: one row group holding every file, as a big table has it."""
+    import json
+
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
+
+    write_deltalake(str(path), pa.table({"id": pa.array([], pa.int64()),
+                                         "part": pa.array([], pa.string())}),
+                    partition_by=["part"])
+    lines = [json.dumps({"commitInfo": {"timestamp": 1_700_000_000_000, "operation": "WRITE"}})]
+    lines += [json.dumps({"add": {
+        "path": f"part=p{i % 7}/f-{i:06d}.parquet", "partitionValues": {"part": f"p{i % 7}"},
+        "size": 1000 + i, "modificationTime": 1_700_000_000_000 + i, "dataChange": True,
+        "stats": json.dumps({"numRecords": 10 + i % 5, "minValues": {"id": i},
+                             "maxValues": {"id": i + 9}, "nullCount": {"id": 0}})}})
+        for i in range(files)]
+    (path / "_delta_log" / f"{1:020d}.json").write_text("\n".join(lines) + "\n")
+    DeltaTable(str(path)).create_checkpoint()
+
+
+def test_a_large_remote_checkpoint_is_read_in_ranges(tmp_path, s3_options, monkeypatch):
+    """A checkpoint larger than the tail read first is not fetched whole: one request for its
+    tail (the footer), then one streamed request per column chunk the plan reads. The plan
+    is the local copy's."""
+    import pyarrow.parquet as pq
+
+    from airflow_provider_delta import storage
+    from tests.moto_s3 import counted_requests, put_tree
+
+    local = tmp_path / "many"
+    _table_of_many_files(local, 20_000)
+    checkpoint = local / "_delta_log" / f"{1:020d}.checkpoint.parquet"
+    size = checkpoint.stat().st_size
+    monkeypatch.setattr(storage, "TAIL_BYTES", size // 8)
+    uri = put_tree(local, "ranged")
+    with counted_requests(s3_options) as (counted, requests):
+        remote = plan_snapshot(uri, storage_options=counted)
+    local_plan = plan_snapshot(str(local))
+    assert remote.file_table.drop_columns("path").equals(
+        local_plan.file_table.drop_columns("path"))
+    assert remote.file_table.column("path").to_pylist() == [
+        p.replace(f"file://{local}", uri) for p in local_plan.file_table.column("path").to_pylist()]
+    # the listing, _last_checkpoint, the tail, and a request per column chunk read (of the
+    # protocol and metaData rows, and of the adds' fields a plan keeps), well below one a MiB
+    chunks = pq.ParquetFile(checkpoint).metadata.num_columns
+    assert requests["HEAD"] == 1 and 4 < requests["GET"] < 3 + chunks, (requests, chunks)

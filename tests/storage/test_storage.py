@@ -45,3 +45,41 @@ def test_refused_credentials_on_data_files_are_permanent(
         message = str(caught.value)
         assert caught.value.permanent and uri in message and "403" in message
         assert "AWS_ACCESS_KEY_ID" in message and S3_SECRET not in message
+
+
+def test_a_ranged_object_reads_like_its_bytes_a_request_a_span(s3_store, s3_options,
+                                                                 monkeypatch):
+    """Reads anywhere in a large object give its bytes; reading a span from start to end,
+    a piece at a time, is one request, and a read in its tail none."""
+    import random
+
+    import obstore
+
+    from airflow_provider_delta import storage
+    from airflow_provider_delta.storage import RangedObject, open_store, read_object_tail
+    from tests.moto_s3 import counted_requests
+
+    monkeypatch.setattr(storage, "TAIL_BYTES", 1_000_000)
+    data = random.Random(7).randbytes(3_000_000)
+    obstore.put(s3_store, "ranged/object.bin", data)
+    with counted_requests(s3_options) as (counted, requests):
+        store = open_store(f"s3://{S3_BUCKET}", counted)
+        assert read_object_tail(store, "ranged/absent.bin", RuntimeError) is None
+        source = read_object_tail(store, "ranged/object.bin", RuntimeError)
+        assert isinstance(source, RangedObject) and source.size == len(data)
+        assert requests == {"GET": 2}
+        source.spans = [(100, 1_500_000), (1_500_000, len(data) - len(source.tail))]
+        source.seek(100)
+        pieces = [source.read(65_536) for _ in range(20)]
+        assert b"".join(pieces) == data[100:100 + 20 * 65_536]
+        assert requests == {"GET": 3}
+        assert source.seek(-10, 2) == len(data) - 10 and source.read() == data[-10:]
+        assert requests == {"GET": 3}
+        again = source.reopened()
+        for start, length in [(0, 10), (2_999_990, 100), (1_499_000, 2_000), (5, 0)]:
+            again.seek(start)
+            assert again.read(length) == data[start:start + length]
+        assert again.read(10) == data[5:15]
+    obstore.put(s3_store, "ranged/empty.bin", b"")
+    direct = open_store(f"s3://{S3_BUCKET}", s3_options)
+    assert read_object_tail(direct, "ranged/empty.bin", RuntimeError) == b""
