@@ -306,18 +306,8 @@ def _read_round(
     if round_deletions or row_index:
         scan_columns.append(F.col("_metadata.row_index").alias(_ROW))
     rows = _union([scan.select(*scan_columns) for scan in scans])
-    columns = _result_columns(metadata) + ([F.col(_ROW).alias(row_index)] if row_index else [])
-    if not (metadata.partition_columns or round_deletions):
-        return rows.select(*columns)
-    # A left join plus a guard: a scanned file missing from the files frame fails the query
-    # instead of silently losing its rows.
-    frame = _files_frame(spark, metadata, files, positions)
-    rows = rows.join(F.broadcast(frame), _FILE, "left")
-    if round_deletions:
-        rows = rows.join(
-            F.broadcast(_deletions_frame(spark, round_deletions)), [_FILE_ID, _ROW], row_join
-        )
-    return rows.select(_unmatched_file_guard(columns[0], metadata), *columns[1:])
+    return _with_files_joined(spark, rows, metadata, files, positions, _FILE, row_index,
+                              round_deletions, row_join)
 
 
 def _read_by_position(
@@ -344,11 +334,31 @@ def _read_by_position(
                                          index=_FILE_ID)
         if looked_up is not None:
             return looked_up
+    return _with_files_joined(spark, rows, metadata, files, np.arange(len(files)), _FILE_ID,
+                              row_index)
+
+
+def _with_files_joined(
+    spark: SparkSession, rows: DataFrame, metadata: TableMetadata, files: pa.Table,
+    positions: np.ndarray, key: str, row_index: str | None,
+    deletions: Mapping[int, np.ndarray] | None = None, row_join: str = "left_anti",
+) -> DataFrame:
+    """The result columns of ``rows``, their files' partition values joined to them on ``key``
+    (``_FILE``: Spark's path, or ``_FILE_ID``: the file's position, both in ``rows``) from
+    :func:`_files_frame` (``files`` at plan ``positions``), then the ``deletions`` (rows by
+    file position) applied by ``row_join`` on the file and ``_ROW``.
+
+    A left join plus a guard: a scanned file missing from the files frame fails the query
+    instead of silently losing its rows."""
     columns = _result_columns(metadata) + ([F.col(_ROW).alias(row_index)] if row_index else [])
-    if not metadata.partition_columns:
+    if not (metadata.partition_columns or deletions):
         return rows.select(*columns)
-    frame = _files_frame(spark, metadata, files, np.arange(len(files))).drop(_FILE)
-    rows = rows.join(F.broadcast(frame), _FILE_ID, "left")
+    frame = _files_frame(spark, metadata, files, positions)
+    frame = frame if key == _FILE else frame.drop(_FILE)  # the rows carry their path
+    rows = rows.join(F.broadcast(frame), key, "left")
+    if deletions:
+        rows = rows.join(F.broadcast(_deletions_frame(spark, deletions)), [_FILE_ID, _ROW],
+                         row_join)
     return rows.select(_unmatched_file_guard(columns[0], metadata), *columns[1:])
 
 
