@@ -395,8 +395,9 @@ def test_airflow_3_backfill_create_loads_each_data_interval(user_env, tmp_path):
             with (logs / f"{name}.log").open("wb") as out:
                 processes.append(subprocess.Popen([airflow, *command], stdout=out,
                                                   stderr=subprocess.STDOUT, env=env))
-        wait_for(lambda: "hourly_by_time" in airflow_command(
-            "dags", "list", env=env, cwd=tmp_path).stdout, 300, "the DAG to be parsed")
+        # What `airflow dags list` lists (the serialized DAGs), read here: a CLI process a
+        # poll cost seconds of CPU each, and slowed the DAG processor it waited for.
+        wait_for(lambda: dag_serialized("hourly_by_time"), 300, "the DAG to be parsed")
         airflow_command("dags", "unpause", "hourly_by_time", env=env, cwd=tmp_path)
         airflow_command("backfill", "create", "--dag-id", "hourly_by_time", "--from-date",
                         "2024-05-01T01:00:00+00:00", "--to-date", "2024-05-01T03:00:00+00:00",
@@ -407,6 +408,16 @@ def test_airflow_3_backfill_create_loads_each_data_interval(user_env, tmp_path):
         for process in reversed(processes):
             stop(process, timeout=60)
     assert_each_hour_loaded(target)
+
+
+def dag_serialized(dag_id: str) -> bool:
+    from airflow.models.serialized_dag import SerializedDagModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        return session.scalar(select(SerializedDagModel.dag_id).where(
+            SerializedDagModel.dag_id == dag_id).limit(1)) is not None
 
 
 def backfill_states(dag_id: str) -> list[str]:
