@@ -158,8 +158,8 @@ def _checked_paths(monkeypatch) -> list:
     """The paths of the files checked for existence before a read or opened on the driver
     for their footers (both still run)."""
     paths, real, opened = [], reader.check_files_exist, row_id_runs._open
-    monkeypatch.setattr(reader, "check_files_exist", lambda plan, options: paths.extend(
-        plan.file_table.column("path").to_pylist()) or real(plan, options))
+    monkeypatch.setattr(reader, "check_files_exist", lambda plan, options, **kw: paths.extend(
+        plan.file_table.column("path").to_pylist()) or real(plan, options, **kw))
     monkeypatch.setattr(row_id_runs, "_open", lambda file, *args: paths.append(
         file.uri) or opened(file, *args))
     return paths
