@@ -128,20 +128,22 @@ case "${1:-}" in
         shift
         .venv/bin/python -m pytest -n "${DELTA_TEST_WORKERS:-2}" --dist loadgroup "$@"
         ;;
+    # DELTA_VENVS_READY=1: the venv was installed already in this run (CI installs them all
+    # first), so it is not resolved and installed again.
     test-lowest)
-        setup_lowest
+        [ "${DELTA_VENVS_READY:-}" = 1 ] || setup_lowest
         shift
         .venv-lowest/bin/python -m pytest "$@"
         ;;
     test-delta-spark)
-        setup_delta_spark
+        [ "${DELTA_VENVS_READY:-}" = 1 ] || setup_delta_spark
         shift
         .venv-delta-spark/bin/python -m pytest "$@"
         ;;
     test-airflow)
         # The parts of the suite that run on every supported Airflow (see tests/versions/).
         version="${2:?usage: bash scripts/dev.sh test-airflow <airflow version> [pytest args]}"
-        setup_airflow "$version"
+        [ "${DELTA_VENVS_READY:-}" = 1 ] || setup_airflow "$version"
         shift 2
         DELTA_FROM_WHEEL=1 .venv-airflow-"$version"/bin/python -m pytest "${@:-tests/versions}"
         ;;
