@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import time_limit
+from tests import time_limit, xdist_groups
 
 # Airflow reads its configuration at import time, so the test home is set before any import.
 # A pytest-xdist worker inherits the home its controller set: each worker takes one of its own
@@ -146,14 +146,36 @@ def pytest_collection_modifyitems(config, items):
     - the loads over Spark Connect: one ``connect_server`` (a JVM of 1 GiB and its jars'
       resolution, about a minute) instead of one a worker.
     """
+    groups = {}
     for item in items:
-        callspec = getattr(item, "callspec", None)
-        params = [value if isinstance(value, tuple) else (value,)
-                  for value in (callspec.params.values() if callspec else ())]
-        if item.nodeid.startswith("tests/package/"):
-            item.add_marker(pytest.mark.xdist_group("package"))
-        elif "connect_server" in item.fixturenames or any("spark-connect" in p for p in params):
-            item.add_marker(pytest.mark.xdist_group("spark-connect"))
+        group = _worker_group(item)
+        if group:
+            groups[item.nodeid.rsplit("@", 1)[0]] = group
+            item.add_marker(pytest.mark.xdist_group(group))
+    xdist_groups.write_groups(groups)
+
+
+def _worker_group(item) -> str | None:
+    callspec = getattr(item, "callspec", None)
+    params = [value if isinstance(value, tuple) else (value,)
+              for value in (callspec.params.values() if callspec else ())]
+    if item.nodeid.startswith("tests/package/"):
+        return "package"
+    if "connect_server" in item.fixturenames or any("spark-connect" in p for p in params):
+        return "spark-connect"
+    return None
+
+
+def pytest_configure(config):
+    xdist_groups.name_the_file()
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: absent under -p no:xdist
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadgroup`` as pytest-xdist means it, on every pytest (tests/xdist_groups.py)."""
+    if config.getoption("dist", None) == "loadgroup":
+        return xdist_groups.make_scheduler(config, log)
+    return None
 
 
 @pytest.hookimpl(hookwrapper=True)
