@@ -5,7 +5,8 @@ are put into a moto S3 server running in its own process on 127.0.0.1, and each 
 the snapshot in a fresh process (``plan_case.py``) through a proxy that counts the requests
 by method: our ``plan_snapshot``, the same at ``--baseline-rev`` (e.g. before a change), and
 with ``--deltalake`` deltalake's ``get_add_actions(flatten=True)``. Medians of ``--repeat``
-processes a side, interleaved; peak RSS is the process's ``VmHWM``.
+processes a side, interleaved; peak RSS is the process's ``VmHWM``. ``--baseline-rev`` takes
+several revisions, comma-separated (e.g. two ways of one change beside the code before).
 
 Run: ``.venv/bin/python benchmarks/bench_plan_s3.py --files 1000000 --repeat 2
 --cases stats-json,stats-struct --baseline-rev REV``.
@@ -32,7 +33,7 @@ from core_s3 import new_bucket, upload_log  # noqa: E402
 from tests.moto_s3 import counted_requests  # noqa: E402
 
 BUCKET = "bench"
-SIDES = {0: "plan_snapshot", 1: "deltalake get_add_actions", 2: "plan_snapshot at baseline"}
+SIDES = {0: "plan_snapshot", 1: "deltalake get_add_actions"}  # 2, 3, ...: at --baseline-rev
 
 
 def moto_process() -> tuple[subprocess.Popen, dict[str, str]]:
@@ -82,10 +83,11 @@ def main() -> None:
     for case in cases:  # in a child: this process stays small
         subprocess.run(build + ["--stats", STATS_CASES[case]], check=True)
     sides = {0: REPO} | ({1: REPO} if args.deltalake else {})
-    if args.baseline_rev:
+    revisions = dict(enumerate(filter(None, args.baseline_rev.split(",")), start=2))
+    if revisions:
         from bench_triggers import package_at
 
-        sides[2] = package_at(args.baseline_rev, Path(args.workdir))
+        sides |= {side: package_at(rev, Path(args.workdir)) for side, rev in revisions.items()}
     server, options = moto_process()
     try:
         uris = {case: upload_log(stats_table(args.workdir, args.files, STATS_CASES[case]),
@@ -106,7 +108,7 @@ def main() -> None:
     for case in cases:
         for side in sides:
             done = runs[case, side]
-            name = SIDES[side] + (f" {args.baseline_rev[:9]}" if side == 2 else "")
+            name = SIDES.get(side, f"plan_snapshot at {revisions.get(side, '')[:9]}")
             print(f"{case:12s} {name:34s} {statistics.median(r['seconds'] for r in done):6.2f} s"
                   f" (CPU {statistics.median(r['cpu_seconds'] for r in done):5.2f} s)  peak RSS "
                   f"{max(r['rss_mib'] for r in done):6.0f} MiB  requests {done[-1]['requests']}"
