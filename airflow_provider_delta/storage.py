@@ -633,6 +633,9 @@ def _no_tail(exc: Exception) -> bool:
     return "NotPartial" in str(exc) or (status is not None and status.group(1) == "416")
 
 
+# Not obstore's open_reader: pyarrow seeks before every read and that reader drops its buffer
+# on a seek, so it costs a request per read (a buffer each) where this costs one per column
+# chunk; pyarrow also asks for a `closed` it lacks, and it skips its HEAD only from obstore 0.10.
 class RangedObject:
     """A large object read as a file (seek, read) by range requests, for pyarrow.
 
