@@ -6,7 +6,8 @@ a timer or a wake-up, the loop would spend its time on tables where nothing happ
 :class:`PollWorker` owns a thread that polls its tables on :class:`Wheel`\\ s (one per poll
 interval) that spread them evenly over the interval, and hands the loop only what changed, in
 one call per batch. An idle table costs the loop nothing, and the thread sleeps until the next
-slot that holds a table.
+slot that holds a table. A worker of remote tables has a window: its turn's polls wait on the
+network together, up to that many at once (a bounded pool, not a thread per table).
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any, Protocol
 
 log = logging.getLogger(__name__)
@@ -140,15 +142,18 @@ class Wheel:
 
 
 class PollWorker:
-    """One thread polling its tables; what changed reaches the loop through ``deliver``."""
+    """One thread polling its tables, ``window`` polls at a time; what changed reaches the loop
+    through ``deliver``."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop,
                  deliver: Callable[[list[tuple[TablePoller, Any]]], None], name: str,
-                 clock: Clock | None = None):
+                 clock: Clock | None = None, window: int = 1):
         self._loop = weakref.ref(loop)  # the registry lives as long as its loop, not longer
         self._deliver = deliver
         self._clock = clock or Clock()
+        self._name = name
         self._thread = self._clock.thread(name)
+        self._window = window
         self._running = False
         self._wheels: dict[float, Wheel] = {}
         self._lock = threading.Lock()  # guards the wheels (the loop adds, the thread turns)
@@ -178,6 +183,16 @@ class PollWorker:
                 del self._wheels[poller.poll_interval]
 
     def _run(self) -> None:
+        # Made with the thread, ended with it: an idle worker keeps no pool threads.
+        pool = (ThreadPoolExecutor(self._window, f"{self._name}-window")
+                if self._window > 1 else None)
+        try:
+            self._turns(pool)
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=False, cancel_futures=True)
+
+    def _turns(self, pool: ThreadPoolExecutor | None) -> None:
         idle_since = None
         while True:
             now = self._clock.now()
@@ -194,25 +209,23 @@ class PollWorker:
                         return
                     self._wakes_at = idle_since + IDLE_EXIT_SECONDS
                 wakes_at = self._wakes_at
-            if due and not self._poll(due):
+            if due and not self._poll(due, pool):
                 return
             self._thread.sleep(wakes_at)
 
-    def _poll(self, due: list[TablePoller]) -> bool:
+    def _poll(self, due: list[TablePoller], pool: ThreadPoolExecutor | None) -> bool:
         """Poll ``due`` (skipping tables in backoff); False once the loop is gone."""
         news: list[tuple[TablePoller, Any]] = []
         flushed_at = self._clock.now()
-        for poller in due:
+        for poller, found in _polled(due, self._clock, pool):
+            if found is not None:
+                news.append((poller, found))
             now = self._clock.now()
-            if poller.retry_at <= now:
-                found = _poll_one(poller, now)
-                if found is not None:
-                    news.append((poller, found))
-            if news and (now - flushed_at >= FLUSH_SECONDS or poller is due[-1]):
+            if news and now - flushed_at >= FLUSH_SECONDS:
                 if not self._hand_over(news):
                     return False
                 news, flushed_at = [], now
-        return True
+        return not news or self._hand_over(news)
 
     def _hand_over(self, news: list[tuple[TablePoller, Any]]) -> bool:
         loop = self._loop()
@@ -225,6 +238,23 @@ class PollWorker:
                 self._running = False
             return False
         return True
+
+
+def _polled(due: list[TablePoller], clock: Clock, pool: ThreadPoolExecutor | None
+            ) -> Iterator[tuple[TablePoller, Any]]:
+    """Each table of ``due`` with its poll's news, as its poll ends: one poll after another
+    without a pool, else up to the pool's size at once (the turn ends with its last poll, so
+    no table is polled twice at a time)."""
+    if pool is None:
+        return ((poller, _poll_due(poller, clock)) for poller in due)
+    polls = {pool.submit(_poll_due, poller, clock): poller for poller in due}
+    return ((polls[done], done.result()) for done in as_completed(polls))
+
+
+def _poll_due(poller: TablePoller, clock: Clock) -> Any:
+    """The poll's news, or None for a table in backoff."""
+    now = clock.now()
+    return _poll_one(poller, now) if poller.retry_at <= now else None
 
 
 def _poll_one(poller: TablePoller, now: float) -> Any:

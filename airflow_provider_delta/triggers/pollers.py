@@ -6,8 +6,9 @@ only when that changes (a new latest version, an error, a recovery) or, as a hea
 progress logs and timeouts, once every :data:`HEARTBEAT_SECONDS`. Idle triggers therefore
 sleep; they do not wake once a poll. The polls themselves run in worker threads
 (:mod:`.poll_worker`), never in the loop: one thread for all local tables (a local poll is a
-few ``stat`` calls) and a small fixed pool for remote ones (a listing waits on the network, so
-remote tables must not all queue behind each other). A poll's news reach the loop in batches.
+few ``stat`` calls) and a few for remote ones, each with a window of listings in flight at
+once (a listing waits on the network: one after another, a thread would make 1 / a LIST's
+latency polls a second). A poll's news reach the loop in batches.
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ from airflow_provider_delta.triggers.poll_worker import Clock, PollWorker
 log = logging.getLogger(__name__)
 
 HEARTBEAT_SECONDS = 60.0
-REMOTE_WORKERS = 8  # threads for remote tables: listings that wait on the network overlap
+REMOTE_WORKERS = 8  # threads with wheels of remote tables
+# Listings in flight at once per remote thread: 8 x 16 / a LIST's latency polls a second.
+REMOTE_WINDOW = 16
 
 
 @dataclass(frozen=True)
@@ -137,7 +140,7 @@ class PollerRegistry:
     def __init__(self, loop: asyncio.AbstractEventLoop, clock: Clock | None = None):
         self.pollers: dict[PollKey, TablePoller] = {}
         self._local = PollWorker(loop, _deliver, "delta-poll-local", clock)
-        self._remote = [PollWorker(loop, _deliver, f"delta-poll-remote-{i}", clock)
+        self._remote = [PollWorker(loop, _deliver, f"delta-poll-remote-{i}", clock, REMOTE_WINDOW)
                         for i in range(REMOTE_WORKERS)]
 
     def subscribe(self, key: PollKey, open_probe: Callable[[], Awaitable[VersionProbe]]
