@@ -1,10 +1,11 @@
 """The tests' moto S3 server from inside: objects put without HTTP, and the requests code makes
-counted by an HTTP proxy in front of it."""
+counted (and, if asked, answered late, as over a network) by an HTTP proxy in front of it."""
 
 from __future__ import annotations
 
 import http.client
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,12 +27,14 @@ def put_tree(local: Path, prefix: str, bucket: str = "lake") -> str:
 
 
 class CountingProxy(ThreadingHTTPServer):
-    """Forwards HTTP requests to ``upstream`` and counts them by method."""
+    """Forwards HTTP requests to ``upstream`` and counts them by method; each request waits
+    ``latency`` seconds first (a thread each: requests made together wait together)."""
 
     def __init__(self, upstream: str):
         host, _, port = upstream.removeprefix("http://").partition(":")
         self.upstream = (host, int(port))
         self.requests: Counter = Counter()
+        self.latency = 0.0
         super().__init__(("127.0.0.1", 0), _Forward)
 
     @property
@@ -43,11 +46,18 @@ class CountingProxy(ThreadingHTTPServer):
 def counted_requests(s3_options: dict[str, str]) -> Iterator[tuple[dict[str, str], Counter]]:
     """Storage options that reach the same server through a counting proxy, and its counter
     (``{"GET": n, "HEAD": m, ...}``; a listing is a GET)."""
+    with counting_proxy(s3_options) as (options, proxy):
+        yield options, proxy.requests
+
+
+@contextmanager
+def counting_proxy(s3_options: dict[str, str]) -> Iterator[tuple[dict[str, str], CountingProxy]]:
+    """Storage options that reach the same server through a :class:`CountingProxy`, and it."""
     proxy = CountingProxy(s3_options["AWS_ENDPOINT_URL"])
     thread = threading.Thread(target=proxy.serve_forever, daemon=True)
     thread.start()
     try:
-        yield dict(s3_options, AWS_ENDPOINT_URL=proxy.url), proxy.requests
+        yield dict(s3_options, AWS_ENDPOINT_URL=proxy.url), proxy
     finally:
         proxy.shutdown()
         proxy.server_close()
@@ -60,6 +70,7 @@ class _Forward(BaseHTTPRequestHandler):
     def _forward(self) -> None:
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         self.server.requests[self.command] += 1
+        time.sleep(self.server.latency)
         upstream = http.client.HTTPConnection(*self.server.upstream, timeout=60)
         upstream.request(self.command, self.path, body=body, headers=dict(self.headers))
         answer = upstream.getresponse()

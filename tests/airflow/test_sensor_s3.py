@@ -7,7 +7,10 @@ import asyncio
 import json
 import re
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
+from typing import Any, NamedTuple
 
 import pytest
 from airflow.sdk import DAG, get_current_context, task
@@ -135,6 +138,33 @@ def test_deferred_interval_sensor_on_s3_with_storage_options(
     assert (found["complete_by"], found["newest_version"]) == ("commit", 2)
 
 
+class Fleet(NamedTuple):
+    template: Any  # the tables' source: version 1 appended here is put into each table
+    bucket: str
+    uris: list[str]
+    triggers: list[DeltaVersionTrigger]
+    proxy: Any  # moto_s3.CountingProxy: its requests, its latency
+
+
+@contextmanager
+def fleet_on_s3(s3_options, growing_table, monkeypatch, count: int, poll: float
+                ) -> Iterator[Fleet]:
+    """``count`` tables at version 0 in a bucket of their own, behind a counting proxy, and a
+    deferred sensor's trigger waiting for version 1 of each (not started)."""
+    from moto_s3 import counting_proxy, put_tree, scratch_bucket
+
+    template = growing_table(1)
+    for key, value in credential_entries(s3_options).items():
+        monkeypatch.setenv(key, value)  # a worker's credentials: the environment's
+    with scratch_bucket("fleet") as bucket, counting_proxy(s3_options) as (options, proxy):
+        uris = [put_tree(template.uri, f"t{i:03d}", bucket) for i in range(count)]
+        triggers = [DeltaVersionTrigger(
+            table_uri=uri, start_version=1, poll_interval=poll, fire_once=True,
+            delta_conn_id=None, storage_options=without_credential_entries(options))
+            for uri in uris]
+        yield Fleet(template, bucket, uris, triggers, proxy)
+
+
 def test_a_few_hundred_triggers_on_s3_list_once_each_a_poll(s3_options, growing_table,
                                                             monkeypatch):
     """200 deferred triggers on 200 tables of a bucket, polled by the remote workers' threads:
@@ -142,29 +172,24 @@ def test_a_few_hundred_triggers_on_s3_list_once_each_a_poll(s3_options, growing_
     table's next poll (one more GET: the commit, for its time). Requests counted at the
     server's door; the clock moves by hand, so the counts are exact."""
     from hand_clock import hand_clocked_registry, subscribed, turns
-    from moto_s3 import counted_requests, put_tree, scratch_bucket
+    from moto_s3 import put_tree
 
     poll, count = 1.0, 200
-    template = growing_table(1)
-    for key, value in credential_entries(s3_options).items():
-        monkeypatch.setenv(key, value)  # a worker's credentials: the environment's
-    with scratch_bucket("fleet") as bucket, counted_requests(s3_options) as (options, requests):
-        uris = [put_tree(template.uri, f"t{i:03d}", bucket) for i in range(count)]
-        triggers = [DeltaVersionTrigger(
-            table_uri=uri, start_version=1, poll_interval=poll, fire_once=True,
-            delta_conn_id=None, storage_options=without_credential_entries(options))
-            for uri in uris]
-        template.append()  # version 1, then put into every table between two polls
+    with fleet_on_s3(s3_options, growing_table, monkeypatch, count, poll) as fleet:
+        requests = fleet.proxy.requests
+        fleet.template.append()  # version 1, then put into every table between two polls
 
         async def scenario():
             with hand_clocked_registry() as (clock, registry):
-                waiting = [asyncio.ensure_future(anext(trigger.run())) for trigger in triggers]
+                waiting = [asyncio.ensure_future(anext(trigger.run()))
+                           for trigger in fleet.triggers]
                 await subscribed(registry, tables=count, subscribers=count)
                 requests.clear()
                 await turns(clock, 2 * poll)
                 idle = dict(requests)
-                for uri in uris:
-                    put_tree(template.uri, uri.removeprefix(f"s3://{bucket}/"), bucket)
+                for uri in fleet.uris:
+                    put_tree(fleet.template.uri, uri.removeprefix(f"s3://{fleet.bucket}/"),
+                             fleet.bucket)
                 requests.clear()
                 await turns(clock, poll)
                 found = dict(requests)
@@ -176,3 +201,33 @@ def test_a_few_hundred_triggers_on_s3_list_once_each_a_poll(s3_options, growing_
     assert found == {"GET": 2 * count}  # the LIST that finds version 1, and its commit's GET
     assert {(p["status"], p["start_version"], p["end_version"]) for p in payloads} == {
         ("success", 1, 1)}
+
+
+def test_a_turn_of_remote_polls_waits_on_the_network_once(s3_options, growing_table,
+                                                          monkeypatch):
+    """64 tables on S3, each request answered 0.5 s late: a turn that polls them all takes
+    about one latency, not one a table. Eight threads listing one table at a time took at
+    least eight (64 tables on 8 threads); each thread now keeps up to 16 listings in flight."""
+    from hand_clock import hand_clocked_registry, subscribed
+
+    poll, count, latency = 1.0, 64, 0.5
+    with fleet_on_s3(s3_options, growing_table, monkeypatch, count, poll) as fleet:
+
+        async def scenario():
+            with hand_clocked_registry() as (clock, registry):
+                waiting = [asyncio.ensure_future(anext(trigger.run()))
+                           for trigger in fleet.triggers]
+                await subscribed(registry, tables=count, subscribers=count)
+                fleet.proxy.requests.clear()
+                fleet.proxy.latency = latency  # the triggers' own first checks were quick
+                started = time.monotonic()
+                clock.advance(poll)  # one turn of every slot: each table's poll, all due
+                took = time.monotonic() - started
+                for waiter in waiting:
+                    waiter.cancel()
+                await asyncio.gather(*waiting, return_exceptions=True)
+            return took
+
+        took = asyncio.run(scenario())
+        assert fleet.proxy.requests == {"GET": count}  # one LIST a table, as before
+    assert took < 4 * latency, f"a turn of {count} remote polls took {took:.2f} s"
