@@ -151,9 +151,9 @@ class PollWorker:
         self._loop = weakref.ref(loop)  # the registry lives as long as its loop, not longer
         self._deliver = deliver
         self._clock = clock or Clock()
-        self._name = name
         self._thread = self._clock.thread(name)
         self._window = window
+        self._window_prefix = f"{name}-window"  # its pool threads' names
         self._running = False
         self._wheels: dict[float, Wheel] = {}
         self._lock = threading.Lock()  # guards the wheels (the loop adds, the thread turns)
@@ -184,7 +184,7 @@ class PollWorker:
 
     def _run(self) -> None:
         # Made with the thread, ended with it: an idle worker keeps no pool threads.
-        pool = (ThreadPoolExecutor(self._window, f"{self._name}-window")
+        pool = (ThreadPoolExecutor(self._window, self._window_prefix)
                 if self._window > 1 else None)
         try:
             self._turns(pool)
