@@ -45,7 +45,7 @@ from airflow_provider_delta.spark.handoff import (
     LOOKUP_MAX_FILES, constant_sql, file_index_sql, select_sql,
 )
 from airflow_provider_delta.spark.paths import spark_file_paths, spark_read_paths
-from airflow_provider_delta.spark.row_positions import position_filter
+from airflow_provider_delta.spark.row_positions import position_bitmap, where_positions
 from airflow_provider_delta.spark.schema import (
     logical_schema,
     physical_read_schema,
@@ -317,17 +317,17 @@ def _read_by_position(
 ) -> DataFrame | None:
     """The round's rows with the ``deletions`` (rows by plan position) kept alone (``keep``:
     the change feed's picked rows) or dropped (deletion vectors), by a bitmap in the scan's
-    filter (:func:`~airflow_provider_delta.spark.row_positions.position_filter`), not by joins
+    filter (:func:`~airflow_provider_delta.spark.row_positions.where_positions`), not by joins
     on the path and the row; the files' constants looked up after it. None if the bitmap is
     too big."""
     local = {int(np.searchsorted(positions, p)): rows for p, rows in deletions.items()}
-    listed = position_filter(spark, local, len(files), F.col(_FILE_ID), F.col(_ROW))
-    if listed is None:
+    bitmap = position_bitmap(local, len(files))
+    if bitmap is None:
         return None
-    rows = _union([select_sql(spark, scan, [
+    rows = where_positions(spark, _union([select_sql(spark, scan, [
         "*", f"{FILE_POSITION_SQL} AS {_FILE_ID}", f"_metadata.row_index AS {_ROW}",
-        f"_metadata.file_path AS {_FILE}"]) for scan in scans]).where(
-            listed if keep else ~listed)
+        f"_metadata.file_path AS {_FILE}"]) for scan in scans]), bitmap, len(files), _FILE_ID,
+        _ROW, keep=keep)
     if data_sql is not None and (not metadata.partition_columns
                                  or len(files) <= LOOKUP_MAX_FILES):
         looked_up = _with_file_constants(spark, rows, metadata, files, data_sql, row_index,
