@@ -68,14 +68,14 @@ def row_id_changes(reader, commits: list[CommitChanges], feed_columns: list[str]
     frames = []
     by_columns = sorted(commits, key=lambda c: (c.row_tracking.row_id, c.version))
     for columns, group in groupby(by_columns, key=lambda c: c.row_tracking):
-        frames += _changes(reader, list(group), columns)
-    return union_by_name([frame.select(*(quoted(n) for n in feed_columns))
-                          for frame in frames])
+        frames += _changes(reader, list(group), columns, feed_columns)
+    return union_by_name(frames)
 
 
-def _changes(reader, commits: list[CommitChanges], columns: MaterializedColumns
-             ) -> list[DataFrame]:
-    """The reported rows of the commits: by ranges of row ids where they come in ranges (see
+def _changes(reader, commits: list[CommitChanges], columns: MaterializedColumns,
+             feed_columns: list[str]) -> list[DataFrame]:
+    """The reported rows of the commits as rows of ``feed_columns``: by ranges of row ids
+    where they come in ranges (see
     :func:`~airflow_provider_delta.core.row_tracking.reported_removed_rows`), else by a join
     of the ids."""
     files, metadata = reader.tagged_files(commits)
@@ -87,10 +87,12 @@ def _changes(reader, commits: list[CommitChanges], columns: MaterializedColumns
         runs, to_numpy(pc.equal(entries.tag(CHANGE_TYPE), DELETE)),
         to_numpy(entries.tag(COMMIT_VERSION)))
     if reported is None:
-        return [_typed_changes(reader.spark, entries.keyed(tracked, columns), columns)]
+        typed = _typed_changes(reader.spark, entries.keyed(tracked, columns), columns)
+        return [select_sql(reader.spark, typed, [quoted(n) for n in feed_columns])]
     current = np.unique(to_numpy(runs["entry"].filter(runs["current"])))
+    # the removed rows are read with the feed's columns already
     return [*entries.removed_rows(metadata, reported),
-            *entries.added_rows(tracked, columns, current)]
+            *entries.added_rows(tracked, columns, current, feed_columns)]
 
 
 def _runs(spark, entries: _Entries, tracked: TableMetadata, columns: MaterializedColumns
@@ -217,8 +219,8 @@ class _Entries:
 
     def keyed(self, tracked: TableMetadata, columns: MaterializedColumns) -> DataFrame:
         """Every row of the entries with its row id and row commit version."""
-        return _with_ids(self._read(tracked, np.arange(len(self.all)), row_index=_ROW_INDEX),
-                         columns)
+        return _with_ids(self.reader.spark, self._read(
+            tracked, np.arange(len(self.all)), row_index=_ROW_INDEX), columns)
 
     def removed_rows(self, metadata: TableMetadata, reported: ReportedRows) -> list[DataFrame]:
         """The reported removed rows, read at their positions, typed per change."""
@@ -236,26 +238,29 @@ class _Entries:
         return reads
 
     def added_rows(self, tracked: TableMetadata, columns: MaterializedColumns,
-                   current: np.ndarray) -> list[DataFrame]:
+                   current: np.ndarray, feed_columns: list[str]) -> list[DataFrame]:
         """The rows the commits wrote (their row commit version is the commit's) from the
-        added entries holding some: ``insert`` where the id is fresh, else
-        ``update_postimage``."""
+        added entries holding some, as rows of ``feed_columns``: ``insert`` where the id is
+        fresh, else ``update_postimage``. In SQL text: a Column per operation costs Py4J
+        calls."""
         if not len(current):
             return []
-        rows = _with_ids(self._read(tracked, current, row_index=_ROW_INDEX), columns)
-        return [rows.where(F.col(_ROW_VERSION) == F.col(COMMIT_VERSION)).withColumn(
-            CHANGE_TYPE, F.when(F.col(quoted(columns.row_id)).isNull(), F.lit(INSERT))
-            .otherwise(UPDATE_POSTIMAGE))]
+        written = self._read(tracked, current).where(
+            f"{_row_version_sql(columns)} = {COMMIT_VERSION}")
+        change = (f"CASE WHEN {quoted(columns.row_id)} IS NULL THEN '{INSERT}' ELSE "
+                  f"'{UPDATE_POSTIMAGE}' END AS {quoted(CHANGE_TYPE)}")
+        return [select_sql(self.reader.spark, written, [
+            change if name == CHANGE_TYPE else quoted(name) for name in feed_columns])]
 
 
-def _with_ids(rows: DataFrame, columns: MaterializedColumns) -> DataFrame:
-    return rows.select(
-        "*",
-        F.coalesce(F.col(quoted(columns.row_id)),
-                   F.col(BASE_ROW_ID) + F.col(_ROW_INDEX)).alias(_ROW_ID),
-        F.coalesce(F.col(quoted(columns.row_commit_version)),
-                   F.col(DEFAULT_ROW_COMMIT_VERSION)).alias(_ROW_VERSION),
-    )
+def _row_version_sql(columns: MaterializedColumns) -> str:
+    return f"coalesce({quoted(columns.row_commit_version)}, {DEFAULT_ROW_COMMIT_VERSION})"
+
+
+def _with_ids(spark, rows: DataFrame, columns: MaterializedColumns) -> DataFrame:
+    return select_sql(spark, rows, [
+        "*", f"coalesce({quoted(columns.row_id)}, {BASE_ROW_ID} + {_ROW_INDEX}) AS {_ROW_ID}",
+        f"{_row_version_sql(columns)} AS {_ROW_VERSION}"])
 
 
 def _id_runs(spark, narrow: DataFrame, columns: MaterializedColumns, *, split: bool = False
