@@ -59,11 +59,12 @@ def file_runs(file: ChangedFile, columns: MaterializedColumns, table_uri: str,
     parquet = _open(file, table_uri, storage_options)
     group_runs, start = [], 0
     for group in range(parquet.metadata.num_row_groups):
-        rows = parquet.metadata.row_group(group).num_rows
-        told = _told_by_footer(parquet, group, file, columns)
-        group_runs.append(_runs(start, rows, *told) if told is not None
-                          else _read_runs(parquet, group, start, file, columns))
-        start += rows
+        meta = parquet.metadata.row_group(group)
+        current = _all_current(parquet, meta, file, columns)
+        told = _told_by_footer(parquet, meta, file, columns, current)
+        group_runs.append(_runs(start, meta.num_rows, *told) if told is not None
+                          else _read_runs(parquet, group, start, file, columns, current))
+        start += meta.num_rows
     return pa.concat_tables([_empty(), *group_runs])
 
 
@@ -114,13 +115,11 @@ class _RangedFile(io.RawIOBase):
         return len(data)
 
 
-def _told_by_footer(parquet: pq.ParquetFile, group: int, file: ChangedFile,
-                    columns: MaterializedColumns) -> tuple | None:
-    """A row group's one run as (offset, current), from its statistics; None where they do
-    not tell (the group is read)."""
-    meta = parquet.metadata.row_group(group)
+def _told_by_footer(parquet: pq.ParquetFile, meta, file: ChangedFile,
+                    columns: MaterializedColumns, current: bool | None) -> tuple | None:
+    """A row group's one run as (offset, current), from its statistics (``current``: see
+    :func:`_all_current`); None where they do not tell (the group is read)."""
     ids = _stats(parquet, meta, columns.row_id)
-    current = _all_current(parquet, meta, file, columns)
     if ids is None or current is None:
         return None
     low, high, nulls = ids
@@ -177,19 +176,25 @@ def _runs(start: int, rows: int, offset: int | None, current: bool) -> pa.Table:
 
 
 def _read_runs(parquet: pq.ParquetFile, group: int, start: int, file: ChangedFile,
-               columns: MaterializedColumns) -> pa.Table:
-    """A row group's runs from its materialized columns, read: a run breaks where the id is
-    not the one before plus one, where it turns materialized or not, where written rows
-    start or end, and around each written row with a preserved id (an updated row)."""
+               columns: MaterializedColumns, all_current: bool | None) -> pa.Table:
+    """A row group's runs from its materialized columns, read (the row versions only where
+    the statistics leave ``all_current`` unknown, see :func:`_all_current`): a run breaks
+    where the id is not the one before plus one, where it turns materialized or not, where
+    written rows start or end, and around each written row with a preserved id (an updated
+    row)."""
     names = parquet.schema_arrow.names
-    wanted = [n for n in (columns.row_id, columns.row_commit_version if file.added else None)
+    versioned = all_current is None
+    wanted = [n for n in (columns.row_id, columns.row_commit_version if versioned else None)
               if n in names]
     read = parquet.read_row_group(group, columns=wanted, use_threads=False)
     rows = parquet.metadata.row_group(group).num_rows
     ids, materialized = _values(read, columns.row_id, rows, 0)
-    versions, _ = _values(read, columns.row_commit_version, rows,
-                          file.default_row_commit_version)
-    current = versions == file.version if file.added else np.zeros(rows, bool)
+    if versioned:
+        versions, _ = _values(read, columns.row_commit_version, rows,
+                              file.default_row_commit_version)
+        current = versions == file.version
+    else:
+        current = np.full(rows, all_current, bool)
     updated = current & materialized
     breaks = np.ones(rows, bool)
     breaks[1:] = ((materialized[1:] != materialized[:-1]) | (current[1:] != current[:-1])

@@ -101,6 +101,20 @@ def test_an_added_files_copied_range_is_told_by_its_footer_whatever_its_order(tm
         (14, 22, 1)]
 
 
+def test_row_versions_are_read_only_where_the_footer_leaves_them_unknown(tmp_path,
+                                                                         monkeypatch):
+    # both groups have gaps in their ids; only the second holds a row the commit wrote
+    read, real = [], pq.ParquetFile.read_row_group
+    monkeypatch.setattr(pq.ParquetFile, "read_row_group", lambda self, group, columns=None,
+                        **options: read.append(columns) or real(self, group, columns, **options))
+    ids = [0, 1, 2, 4, 5, 6] + [10, 11, 13, 14, 15, 16]
+    versions = [3] * 6 + [3, 3, _VERSION, 3, 3, 3]
+    path = _write(tmp_path / "a.parquet", ids, versions, group_rows=6)
+    runs = _runs(path, added=True)
+    assert read == [[_COLUMNS.row_id], [_COLUMNS.row_id, _COLUMNS.row_commit_version]]
+    assert _rows(runs) == _expected(ids, versions, added=True)
+
+
 def test_an_added_files_new_and_updated_rows_are_the_commits(tmp_path, reads):
     # copied rows, then updated rows (ids kept, versions null: the file's default, the
     # commit), then inserted rows (neither materialized)
