@@ -3,8 +3,9 @@
 The feed plan's files are read with the reader's machinery (one scan per group of files,
 partition values and deletion vectors from the log, column mapping). What a file's rows mean
 is attached the way partition values are: ``_commit_version``, ``_commit_timestamp`` and, for
-files that are not change data files, ``_change_type`` are per-file constants joined to the
-rows by file. Change data files carry ``_change_type`` as a column of their own.
+files that are not change data files, ``_change_type`` are per-file constants read as partition
+columns (on a classic session, partition values of the scan's file index: Spark fills them per
+file, no lookup per row). Change data files carry ``_change_type`` as a column of their own.
 
 Commits without the Change Data Feed that rewrite files are netted: per commit, every distinct
 row is counted +1 per removed copy and -1 per added copy, and what remains is reported as that

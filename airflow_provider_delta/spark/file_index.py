@@ -27,6 +27,13 @@ for explicit paths; both routes do the same. Both give each file its position am
 (in milliseconds) as its modification time, which Spark hands to each row as
 ``_metadata.file_modification_time`` (:data:`FILE_POSITION_SQL`): a row's file is known without
 comparing its path.
+
+Per-file constants (a table's partition values, a change feed's commit and change type, a row
+tracking file's base row id) go into ``PlanFileIndex`` as partition values
+(:func:`constant_scan`): its files grouped by equal values, one partition directory per group,
+so Spark fills them per file as constant columns, as it reads a partitioned table, with no
+lookup per row. The groups' values reach the JVM as files too (an int64 or bytes per value);
+filters on them are applied by the index (Spark does not apply them again after the scan).
 """
 
 from __future__ import annotations
@@ -44,7 +51,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from py4j.protocol import Py4JError
 from pyspark.sql import DataFrame, DataFrameReader, SparkSession
-from pyspark.sql.types import StructType
+from pyspark.sql.types import (
+    BinaryType, BooleanType, ByteType, DataType, DateType, DecimalType, DoubleType, FloatType,
+    IntegerType, LongType, ShortType, StringType, StructField, StructType, TimestampNTZType,
+    TimestampType,
+)
 
 from airflow_provider_delta.core.arrow import to_numpy
 from airflow_provider_delta.spark.handoff import joined
@@ -58,6 +69,10 @@ _ENTRY_END = ',"blockReplication":1,"blockSize":33554432,"action":"add"}'
 FILE_POSITION_SQL = "CAST(unix_millis(_metadata.file_modification_time) AS INT)"
 PART_FILES = 10_000  # below this, a second scan costs more than its share of the log saves
 _MAX_PARTS = 4
+CONSTANT_PREFIX = "__delta_provider_constant_"  # keeps constants apart from the files' columns
+MAX_CONSTANT_ROWS = 1024  # distinct rows of constants a scan takes (each a JVM row)
+_TEXT_TYPES = (StringType, BinaryType, DecimalType)  # constants PlanFileIndex reads as bytes
+_INTEGRAL_TYPES = (LongType, IntegerType, ShortType, ByteType, BooleanType)
 
 
 _INDEX_CLASSES: dict[object, object | None] = {}  # PlanFileIndex's class by Py4J gateway
@@ -75,26 +90,121 @@ def scan_files(spark: SparkSession, schema: StructType, spark_paths: pa.Array, s
     return [index_scan(spark, index_class, schema, spark_paths, sizes, root)]
 
 
+def constant_column(name: str) -> str:
+    """The column in which a scan of :func:`constant_scan` carries the constant ``name``."""
+    return CONSTANT_PREFIX + name
+
+
+def constant_scan(spark: SparkSession, schema: StructType, spark_paths: pa.Array,
+                  sizes: pa.Array, root: str, fields: list[StructField], values: pa.StructArray
+                  ) -> DataFrame | None:
+    """One Parquet scan as :func:`scan_files` makes, whose rows also carry their file's
+    ``values`` (a row per file; a field of the struct per entry of ``fields``, typed as it) as
+    partition values, each in the column :func:`constant_column` of its name; None where they
+    cannot be: on Spark Connect, where ``PlanFileIndex`` does not compile, for a type other
+    than Delta's partition types, or more than :data:`MAX_CONSTANT_ROWS` distinct rows."""
+    if (getattr(spark, "_jvm", None) is None or not fields
+            or not all(isinstance(f.dataType, (*_TEXT_TYPES, *_INTEGRAL_TYPES, DateType,
+                                               TimestampType, TimestampNTZType, FloatType,
+                                               DoubleType)) for f in fields)
+            or (index_class := _index_class(spark)) is None):
+        return None
+    columns = [pc.struct_field(values, field.name) for field in fields]
+    groups, firsts = _groups(columns)
+    if not 0 < len(firsts) <= MAX_CONSTANT_ROWS:
+        return None
+    constant_schema = StructType([StructField(constant_column(field.name), field.dataType, True)
+                                  for field in fields])
+    taken = pa.array(firsts)
+    return index_scan(spark, index_class, schema, spark_paths, sizes, root,
+                      (constant_schema, groups, [c.take(taken) for c in columns]))
+
+
+def _groups(columns: list[pa.Array]) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's group (rows equal in every column, nulls equal) and each group's first row."""
+    key = np.zeros(len(columns[0]) if columns else 0, np.int64)
+    for column in columns:
+        codes = _codes(column)
+        key = np.unique(key * (codes.max(initial=0) + 1) + codes, return_inverse=True)[1]
+    _, firsts, groups = np.unique(key, return_index=True, return_inverse=True)
+    return groups, firsts
+
+
+def _codes(column: pa.Array) -> np.ndarray:
+    """Each value's code among the column's distinct values, nulls one of them; floats by their
+    bits (-0.0 and 0.0 are different values)."""
+    if pa.types.is_floating(column.type):
+        bits = to_numpy(pc.fill_null(column, 0)).astype(np.float64).view(np.int64)
+        codes = np.unique(bits, return_inverse=True)[1] + 1
+        return np.where(to_numpy(pc.is_null(column)), 0, codes)
+    return to_numpy(pc.dictionary_encode(column, null_encoding="encode").indices).astype(np.int64)
+
+
+def _write_constants(folder: str, fields: list[StructField], columns: list[pa.Array]) -> None:
+    """The groups' rows (``columns`` of values, typed as ``fields``) as ``PlanFileIndex``
+    reads them: each group's values one after another, in files ``numbers``, ``text`` and
+    ``ends``, ``nulls``."""
+    order = pa.array((np.arange(len(columns))[None, :] * len(columns[0])
+                      + np.arange(len(columns[0]))[:, None]).ravel())
+    encoded = [_encoded(field.dataType, column) for field, column in zip(fields, columns)]
+    np.stack([numbers for numbers, _ in encoded], axis=1).astype("<i8").tofile(
+        os.path.join(folder, "numbers"))
+    text, ends = _bytes_and_ends(pa.concat_arrays([text for _, text in encoded]).take(order))
+    text.tofile(os.path.join(folder, "text"))
+    ends.astype("<i8").tofile(os.path.join(folder, "ends"))
+    np.stack([to_numpy(pc.is_null(column)) for column in columns], axis=1).astype(
+        np.uint8).tofile(os.path.join(folder, "nulls"))
+
+
+def _encoded(data_type: DataType, column: pa.Array) -> tuple[np.ndarray, pa.Array]:
+    """A column of constants as an int64 and bytes per value (the one its type does not use
+    zero or empty): strings, binaries and decimals (their digits) as bytes; the rest as
+    numbers: integers, days, microseconds since the epoch, a float's bits as a double's."""
+    empty = pa.Array.from_buffers(pa.binary(), len(column), [
+        None, pa.py_buffer(np.zeros(len(column) + 1, np.int32)), pa.py_buffer(b"")])
+    if isinstance(data_type, _TEXT_TYPES):
+        text = pc.cast(column, pa.string()) if isinstance(data_type, DecimalType) else column
+        return np.zeros(len(column), np.int64), pc.fill_null(pc.cast(text, pa.binary()), b"")
+    if isinstance(data_type, (FloatType, DoubleType)):
+        floats = pc.fill_null(pc.cast(column, pa.float64()), 0.0)
+        return to_numpy(floats).view(np.int64), empty
+    if isinstance(data_type, DateType):
+        column = pc.cast(pc.cast(column, pa.date32()), pa.int32())
+    elif isinstance(data_type, (TimestampType, TimestampNTZType)):
+        column = pc.cast(pc.cast(column, pa.timestamp("us", getattr(column.type, "tz", None))),
+                         pa.int64())
+    return to_numpy(pc.fill_null(pc.cast(column, pa.int64()), 0)), empty
+
+
 def index_scan(spark: SparkSession, index_class: object, schema: StructType,
-               spark_paths: pa.Array, sizes: pa.Array, root: str) -> DataFrame:
-    """One Parquet scan over ``PlanFileIndex`` (``index_class``, see :func:`scan_files`)."""
+               spark_paths: pa.Array, sizes: pa.Array, root: str,
+               constants: tuple[StructType, np.ndarray, list[pa.Array]] | None = None) -> DataFrame:
+    """One Parquet scan over ``PlanFileIndex`` (``index_class``, see :func:`scan_files`);
+    ``constants``: their schema, each file's group and the groups' values (see
+    :func:`constant_scan`)."""
     jvm, session = spark._jvm, spark._jsparkSession
     sized = pc.greater(sizes, 0)
     all_sized = pc.all(sized).as_py() is not False
     text, ends = _bytes_and_ends(spark_paths if all_sized else spark_paths.filter(sized))
+    constant_schema, groups, values = constants or (None, None, None)
+    java_schema = (session.parseDataType(constant_schema.json()) if constants
+                   else jvm.org.apache.spark.sql.types.StructType())
     with tempfile.TemporaryDirectory(prefix="delta-provider-files-") as folder:
         files = [os.path.join(folder, name) for name in ("paths", "offsets", "sizes", "positions")]
         text.tofile(files[0])
         ends.astype("<i8").tofile(files[1])
         to_numpy(sizes if all_sized else sizes.filter(sized)).astype("<i8").tofile(files[2])
         np.flatnonzero(to_numpy(sized)).astype("<i8").tofile(files[3])
-        arguments = spark.sparkContext._gateway.new_array(jvm.java.lang.Object, 5)
-        for position, argument in enumerate((root, *files)):
+        if constants:
+            groups[to_numpy(sized)].astype("<i8").tofile(os.path.join(folder, "groups"))
+            _write_constants(folder, constant_schema.fields, values)
+        arguments = spark.sparkContext._gateway.new_array(jvm.java.lang.Object, 3)
+        for position, argument in enumerate((root, folder, java_schema)):
             arguments[position] = argument
         index = index_class.getConstructors()[0].newInstance(arguments)
     datasources = jvm.org.apache.spark.sql.execution.datasources
     relation = datasources.HadoopFsRelation(
-        index, jvm.org.apache.spark.sql.types.StructType(), session.parseDataType(schema.json()),
+        index, java_schema, session.parseDataType(schema.json()),
         jvm.scala.Option.empty(), datasources.parquet.ParquetFileFormat(),
         jvm.PythonUtils.toScalaMap({}), session)
     return DataFrame(session.baseRelationToDataFrame(relation), spark)

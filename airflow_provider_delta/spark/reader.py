@@ -4,13 +4,15 @@ One ``spark.read.parquet`` scan reads all files of a plan with the physical sche
 its end. Schema changes inside a plan are additive or type widenings: older files read NULL for
 new columns, and Spark 4's Parquet reader widens their narrow types (int to long, date to
 timestamp_ntz, decimal precision, ...), nested fields included.
-Partition values and deletion vectors are per file. On a classic session a row's file is its
-position in the scan's file index, so partition values are SQL literals looked up by it (a few
-files), and deleted rows (or the rows a change feed picks) a bitmap the scan's filter reads at
-``_metadata.row_index`` (:mod:`~airflow_provider_delta.spark.row_positions`); otherwise they
-reach the rows through broadcast joins on Spark's ``_metadata.file_path`` (and
-``_metadata.row_index`` for deleted rows). No data row goes to the driver and no per-file
-DataFrames are unioned.
+Partition values and deletion vectors are per file. On a classic session partition values (and
+any per-file constant a caller reads as one) are partition values of the scan's file index,
+which Spark fills per file (:func:`~airflow_provider_delta.spark.file_index.constant_scan`); a
+row's file is its position in that index, so deleted rows (or the rows a change feed picks) are
+a bitmap the scan's filter reads at ``_metadata.row_index``
+(:mod:`~airflow_provider_delta.spark.row_positions`). Otherwise partition values are SQL
+literals looked up by the row's file (a few files), or they and deleted rows reach the rows
+through broadcast joins on Spark's ``_metadata.file_path`` (and ``_metadata.row_index`` for
+deleted rows). No data row goes to the driver and no per-file DataFrames are unioned.
 
 A path can occur more than once in a range (a deletion-vector DELETE re-adds the file with a new
 vector). Each occurrence is read with its own vector: the k-th occurrences of all paths form the
@@ -40,7 +42,9 @@ from airflow_provider_delta.errors import (
     InvalidParameterError, MissingDataFileError, UnsupportedFeatureError,
 )
 from airflow_provider_delta.spark.deletion_vectors import deleted_rows
-from airflow_provider_delta.spark.file_index import FILE_POSITION_SQL, hidden_files, scan_files
+from airflow_provider_delta.spark.file_index import (
+    FILE_POSITION_SQL, constant_column, constant_scan, hidden_files, scan_files,
+)
 from airflow_provider_delta.spark.handoff import (
     LOOKUP_MAX_FILES, constant_sql, file_index_sql, select_sql,
 )
@@ -280,10 +284,13 @@ def _read_round(
     files = file_table if whole else file_table.take(pa.array(positions))
     paths = files.column("path").combine_chunks()
     schema = physical_read_schema(metadata)
+    carried = False  # whether the scan's rows carry their file's constants (partition values)
     if _classic(spark):
-        scans = scan_files(spark, schema,
-                           spark_file_paths(paths, common=common if whole else UNKNOWN),
-                           files.column("size").combine_chunks(), table_uri)
+        spark_paths = spark_file_paths(paths, common=common if whole else UNKNOWN)
+        sizes = files.column("size").combine_chunks()
+        scan = _constant_scan(spark, schema, spark_paths, sizes, table_uri, metadata, files)
+        carried = scan is not None
+        scans = [scan] if carried else scan_files(spark, schema, spark_paths, sizes, table_uri)
     else:  # Spark Connect sends the paths in one message
         with _serial_listing(spark, len(paths) > _DISCOVERY_THRESHOLD and _all_local(paths)):
             scans = [spark.read.schema(schema).parquet(*spark_read_paths(paths).to_pylist())]
@@ -291,15 +298,16 @@ def _read_round(
     if (not (metadata.partition_columns or round_deletions or row_index)
             and data_sql is not None):
         return select_sql(spark, _union(scans), data_sql)
-    if (not round_deletions and len(scans) == 1 and len(files) <= LOOKUP_MAX_FILES
-            and data_sql is not None):
-        looked_up = _with_file_constants(spark, scans[0], metadata, files, data_sql, row_index)
+    if (not round_deletions and len(scans) == 1
+            and (carried or len(files) <= LOOKUP_MAX_FILES) and data_sql is not None):
+        looked_up = _with_file_constants(spark, scans[0], metadata, files, data_sql, row_index,
+                                         carried=carried)
         if looked_up is not None:
             return looked_up
     if round_deletions and _classic(spark):
         by_position = _read_by_position(spark, scans, metadata, files, positions,
                                         round_deletions, row_join == "left_semi", data_sql,
-                                        row_index)
+                                        row_index, carried)
         if by_position is not None:
             return by_position
     scan_columns = [F.col("*"), F.col("_metadata.file_path").alias(_FILE)]
@@ -313,7 +321,7 @@ def _read_round(
 def _read_by_position(
     spark: SparkSession, scans: list[DataFrame], metadata: TableMetadata, files: pa.Table,
     positions: np.ndarray, deletions: Mapping[int, np.ndarray], keep: bool,
-    data_sql: list[str] | None, row_index: str | None,
+    data_sql: list[str] | None, row_index: str | None, carried: bool = False,
 ) -> DataFrame | None:
     """The round's rows with the ``deletions`` (rows by plan position) kept alone (``keep``:
     the change feed's picked rows) or dropped (deletion vectors), by a bitmap in the scan's
@@ -328,10 +336,10 @@ def _read_by_position(
         "*", f"{FILE_POSITION_SQL} AS {_FILE_ID}", f"_metadata.row_index AS {_ROW}",
         f"_metadata.file_path AS {_FILE}"]) for scan in scans]), bitmap, len(files), _FILE_ID,
         _ROW, keep=keep)
-    if data_sql is not None and (not metadata.partition_columns
+    if data_sql is not None and (carried or not metadata.partition_columns
                                  or len(files) <= LOOKUP_MAX_FILES):
         looked_up = _with_file_constants(spark, rows, metadata, files, data_sql, row_index,
-                                         index=_FILE_ID)
+                                         index=_FILE_ID, carried=carried)
         if looked_up is not None:
             return looked_up
     return _with_files_joined(spark, rows, metadata, files, np.arange(len(files)), _FILE_ID,
@@ -366,14 +374,33 @@ def _union(frames: list[DataFrame]) -> DataFrame:
     return reduce(DataFrame.union, frames)
 
 
+def _constant_scan(
+    spark: SparkSession, schema: StructType, spark_paths: pa.Array, sizes: pa.Array,
+    table_uri: str, metadata: TableMetadata, files: pa.Table,
+) -> DataFrame | None:
+    """The files' scan whose rows carry their partition values (see
+    :func:`~airflow_provider_delta.spark.file_index.constant_scan`), or None."""
+    if not metadata.partition_columns:
+        return None
+    return constant_scan(spark, schema, spark_paths, sizes, table_uri,
+                         _partition_fields(metadata),
+                         files.column("partition_values").combine_chunks())
+
+
+def _partition_fields(metadata: TableMetadata) -> list[StructField]:
+    return [f for f in logical_schema(metadata).fields if f.name in metadata.partition_columns]
+
+
 def _with_file_constants(
     spark: SparkSession, scan: DataFrame, metadata: TableMetadata, files: pa.Table,
     data_sql: list[str], row_index: str | None = None, *, index: str | None = None,
+    carried: bool = False,
 ) -> DataFrame | None:
-    """The scan's rows with their file's partition values, looked up in SQL literals by the
-    file's position (:data:`FILE_POSITION_SQL`; by path on Spark Connect, whose scan lists
-    paths; or the column ``index``, beside the row's position in ``_ROW``), and ``row_index``
-    (see :func:`read_plan`); None if a value has no literal."""
+    """The scan's rows with their file's partition values: the columns the scan carries
+    (``carried``), else looked up in SQL literals by the file's position
+    (:data:`FILE_POSITION_SQL`; by path on Spark Connect, whose scan lists paths; or the
+    column ``index``, beside the row's position in ``_ROW``), and ``row_index`` (see
+    :func:`read_plan`); None if a value has no literal."""
     positions = [f"_metadata.row_index AS {quoted(row_index)}"] if row_index else []
     if index is not None:  # the rows were selected from the scan with both
         positions = [f"{_ROW} AS {quoted(row_index)}"] if row_index else []
@@ -391,7 +418,8 @@ def _with_file_constants(
         if field.name not in metadata.partition_columns:
             columns.append(next(data))
             continue
-        constant = constant_sql(values.field(field.name).to_pylist(), field, index)
+        constant = (quoted(constant_column(field.name)) if carried
+                    else constant_sql(values.field(field.name).to_pylist(), field, index))
         if constant is None:
             return None
         columns.append(f"{constant} AS {quoted(field.name)}")
@@ -443,9 +471,7 @@ def _files_frame(
 ) -> DataFrame:
     """A small frame: Spark's path of each file, its plan position and its partition values
     (already typed in the file table), handed to Spark as one Arrow table."""
-    partition_fields = [
-        f for f in logical_schema(metadata).fields if f.name in metadata.partition_columns
-    ]
+    partition_fields = _partition_fields(metadata)
     schema = StructType(
         [StructField(_FILE, StringType(), False), StructField(_FILE_ID, IntegerType(), False)]
         + partition_fields

@@ -5,21 +5,31 @@ that cannot compile it gets."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import re
 import uuid
 from collections import Counter
+from decimal import Decimal
 from pathlib import Path
 from urllib.parse import quote
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    BinaryType, BooleanType, ByteType, DateType, DecimalType, DoubleType, FloatType,
+    IntegerType, LongType, ShortType, StringType, StructField, StructType, TimestampNTZType,
+    TimestampType,
+)
 
 from airflow_provider_delta.errors import UnsupportedFeatureError
 from airflow_provider_delta.spark import file_index, read_changes, read_snapshot
 from airflow_provider_delta.spark.file_index import hidden_files
 from airflow_provider_delta.spark.handoff import LOOKUP_MAX_FILES
+from airflow_provider_delta.spark.paths import spark_file_paths
 from tests.spark.conftest import inline_deletion_vector, spark_rows, write_commit
 
 # more files than the per-file lookup takes, so partition values and vectors go through joins
@@ -179,3 +189,85 @@ def test_hidden_names_of_sliced_and_plain_paths():
     for start in range(len(paths)):
         assert hidden_files(paths.slice(start)).to_pylist() == expected[start:]
         assert hidden_files(paths.slice(0, start)).to_pylist() == expected[:start]
+
+
+def test_filters_on_partition_values_pick_their_files(spark, tmp_path, route, monkeypatch):
+    """Partition values come as the index's partition values (on the index route), and Spark
+    hands filters on them to the index alone: it must apply them. Past MAX_CONSTANT_ROWS
+    distinct values they are looked up or joined as before."""
+    _table(tmp_path / "t")
+    path = str(tmp_path / "t")
+    for rows in (file_index.MAX_CONSTANT_ROWS, 2):
+        monkeypatch.setattr(file_index, "MAX_CONSTANT_ROWS", rows)
+        picked = read_snapshot(spark, path).where("part IN ('a b', 'x=1') AND id >= 0")
+        assert spark_rows(picked) == Counter({
+            row: count for row, count in _rows(range(FILES), {0: DELETED}).items()
+            if row[1] in ("a b", "x=1")})
+        assert spark_rows(read_snapshot(spark, path).where("part IS NULL")) == Counter()
+
+
+def test_partition_values_come_from_the_log_not_the_file(spark, tmp_path, route):
+    """A writer may keep a partition column in its files too: the log's value is the row's."""
+    table = tmp_path / "t"
+    _table(table)
+    file = table / "part=plain" / "kept.parquet"
+    pq.write_table(pa.table({"id": pa.array([7], pa.int64()), "part": ["in the file"],
+                             f"{file_index.CONSTANT_PREFIX}part": ["clash"]}), file)
+    write_commit(table, 3, [{"add": {
+        "path": "part=plain/kept.parquet", "partitionValues": {"part": "plain"},
+        "size": file.stat().st_size, "modificationTime": 0, "dataChange": True}}])
+    assert spark_rows(read_changes(spark, str(table), 3, 3)) == Counter({(7, "plain"): 1})
+
+
+def test_constant_rows_by_value_nulls_and_float_signs():
+    """Files group by equal values, nulls equal; -0.0 and 0.0 apart."""
+    groups, firsts = file_index._groups([
+        pa.array(["a", None, "a", None, "a"]), pa.array([0.0, 1.0, -0.0, 1.0, 0.0])])
+    assert groups.tolist() == [groups[0], groups[1], groups[2], groups[1], groups[0]]
+    assert len(set(groups.tolist())) == 3
+    assert [groups[first] for first in firsts] == list(range(3))
+
+
+def test_constants_of_every_partition_type_reach_the_rows(spark, tmp_path):
+    """Each of Delta's partition types (and nulls, -0.0, NaN, non-ASCII text, bytes, wide
+    decimals) comes through PlanFileIndex's partition values as the value it was."""
+    paths = []
+    for number in range(3):
+        pq.write_table(pa.table({"id": pa.array([number], pa.int64())}), tmp_path / f"{number}")
+        paths.append(str(tmp_path / f"{number}"))
+    moment = dt.datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=dt.timezone.utc)
+    columns = {
+        "s": (StringType(), pa.array(["é x", None, ""])),
+        "b": (BinaryType(), pa.array([b"\x00\xff", b"", None])),
+        "wide": (DecimalType(20, 3), pa.array(
+            [Decimal("12345678901234567.125"), None, Decimal("-1.000")], pa.decimal128(20, 3))),
+        "i": (IntegerType(), pa.array([1, -2**31, None], pa.int32())),
+        "l": (LongType(), pa.array([2**62, None, -1], pa.int64())),
+        "sh": (ShortType(), pa.array([7, None, -3], pa.int16())),
+        "by": (ByteType(), pa.array([-128, 127, None], pa.int8())),
+        "bo": (BooleanType(), pa.array([True, False, None])),
+        "f": (FloatType(), pa.array([-0.0, 1.5, None], pa.float32())),
+        "d": (DoubleType(), pa.array([float("nan"), -0.0, None], pa.float64())),
+        "day": (DateType(), pa.array([dt.date(1, 1, 1), dt.date(2026, 11, 29), None])),
+        "ts": (TimestampType(), pa.array([moment, None, moment], pa.timestamp("us", tz="UTC"))),
+        "ntz": (TimestampNTZType(), pa.array(
+            [dt.datetime(1900, 1, 1), None, dt.datetime(2026, 1, 1, 0, 0, 0, 1)])),
+    }
+    fields = [StructField(name, kind) for name, (kind, _) in columns.items()]
+    values = pa.StructArray.from_arrays([array for _, array in columns.values()],
+                                        names=list(columns))
+    scan = file_index.constant_scan(
+        spark, StructType([StructField("id", LongType())]), spark_file_paths(pa.array(paths)),
+        pa.array([Path(path).stat().st_size for path in paths], pa.int64()), str(tmp_path),
+        fields, values)
+    got = scan.select("id", *(F.col(file_index.constant_column(name)).alias(name)
+                              for name in columns)).toArrow().sort_by("id")
+    for name, (_, array) in columns.items():
+        # the bits, so NaN equals NaN and -0.0 differs from 0.0
+        kept = got.column(name).combine_chunks()
+        if pa.types.is_floating(array.type):
+            kept, array = (pc.cast(a, pa.float64()).to_numpy(zero_copy_only=False).view("i8")
+                           for a in (pc.fill_null(kept, 0.0), pc.fill_null(array, 0.0)))
+            assert kept.tolist() == array.tolist(), name
+        else:
+            assert kept.cast(array.type).to_pylist() == array.to_pylist(), name
