@@ -133,8 +133,8 @@ def test_partition_columns_keep_their_schema_position(spark, tmp_path):
 
 
 def test_rows_get_their_own_files_commit(spark, tmp_path):
-    """Rows are matched to files by the position the file index gives each file, not by size
-    or path (v0 and v1 write files of equal size)."""
+    """Each file's commit is a partition value of the scan's file index, not a lookup by
+    size, path or position (v0 and v1 write files of equal size)."""
     path = str(tmp_path / "t")
     batches = [[1, 2], [3, 4], list(range(10, 40))]
     for ids in batches:
@@ -145,7 +145,8 @@ def test_rows_get_their_own_files_commit(spark, tmp_path):
         assert table_rows(df.toArrow()) == Counter(
             {row: n for row, n in expected.items() if row[2] >= start})
         plan = df._jdf.queryExecution().optimizedPlan().toString()
-        assert "file_modification_time" in plan and "file_path" not in plan
+        assert "__delta_provider_constant__commit_version" in plan
+        assert "file_modification_time" not in plan and "file_path" not in plan
 
 
 def test_unchanged_merge_is_skipped_as_delta_does(spark, tmp_path):
