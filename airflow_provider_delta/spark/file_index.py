@@ -187,8 +187,9 @@ def index_scan(spark: SparkSession, index_class: object, schema: StructType,
     all_sized = pc.all(sized).as_py() is not False
     text, ends = _bytes_and_ends(spark_paths if all_sized else spark_paths.filter(sized))
     constant_schema, groups, values = constants or (None, None, None)
+    # classes by their full names: one Py4J call each, not one per package segment
     java_schema = (session.parseDataType(constant_schema.json()) if constants
-                   else jvm.org.apache.spark.sql.types.StructType())
+                   else getattr(jvm, "org.apache.spark.sql.types.StructType")())
     with tempfile.TemporaryDirectory(prefix="delta-provider-files-") as folder:
         files = [os.path.join(folder, name) for name in ("paths", "offsets", "sizes", "positions")]
         text.tofile(files[0])
@@ -198,14 +199,15 @@ def index_scan(spark: SparkSession, index_class: object, schema: StructType,
         if constants:
             groups[to_numpy(sized)].astype("<i8").tofile(os.path.join(folder, "groups"))
             _write_constants(folder, constant_schema.fields, values)
-        arguments = spark.sparkContext._gateway.new_array(jvm.java.lang.Object, 3)
+        arguments = spark.sparkContext._gateway.new_array(getattr(jvm, "java.lang.Object"), 3)
         for position, argument in enumerate((root, folder, java_schema)):
             arguments[position] = argument
         index = index_class.getConstructors()[0].newInstance(arguments)
-    datasources = jvm.org.apache.spark.sql.execution.datasources
-    relation = datasources.HadoopFsRelation(
+    datasources = "org.apache.spark.sql.execution.datasources"
+    relation = getattr(jvm, f"{datasources}.HadoopFsRelation")(
         index, java_schema, session.parseDataType(schema.json()),
-        jvm.scala.Option.empty(), datasources.parquet.ParquetFileFormat(),
+        getattr(jvm, "scala.Option").empty(),
+        getattr(jvm, f"{datasources}.parquet.ParquetFileFormat")(),
         jvm.PythonUtils.toScalaMap({}), session)
     return DataFrame(session.baseRelationToDataFrame(relation), spark)
 

@@ -33,8 +33,10 @@ def java_strings(spark: SparkSession, values: pa.Array) -> object | None:
     if (jvm is None or not len(values) or pc.any(pc.equal(values, "")).as_py()
             or pc.any(pc.match_substring(values, _SEPARATOR)).as_py()):
         return None
-    tokens = jvm.java.util.StringTokenizer(joined(values, _SEPARATOR).as_py(), _SEPARATOR)
-    return jvm.PythonUtils.toSeq(jvm.java.util.Collections.list(tokens))
+    # classes by their full names: one Py4J call each, not one per package segment
+    tokens = getattr(jvm, "java.util.StringTokenizer")(joined(values, _SEPARATOR).as_py(),
+                                                         _SEPARATOR)
+    return jvm.PythonUtils.toSeq(getattr(jvm, "java.util.Collections").list(tokens))
 
 
 def joined(values: pa.Array, separator: str) -> pa.Scalar:
