@@ -282,11 +282,12 @@ def _read_round(
     round_deletions = {int(i): deletions[int(i)] for i in with_rows[np.isin(with_rows, positions)]}
     whole = len(positions) == len(file_table)  # one round: every file in plan order
     files = file_table if whole else file_table.take(pa.array(positions))
+    common = common if whole else UNKNOWN  # now of the round's files
     paths = files.column("path").combine_chunks()
     schema = physical_read_schema(metadata)
     carried = False  # whether the scan's rows carry their file's constants (partition values)
     if _classic(spark):
-        spark_paths = spark_file_paths(paths, common=common if whole else UNKNOWN)
+        spark_paths = spark_file_paths(paths, common=common)
         sizes = files.column("size").combine_chunks()
         scan = _constant_scan(spark, schema, spark_paths, sizes, table_uri, metadata, files)
         carried = scan is not None
@@ -301,13 +302,13 @@ def _read_round(
     if (not round_deletions and len(scans) == 1
             and (carried or len(files) <= LOOKUP_MAX_FILES) and data_sql is not None):
         looked_up = _with_file_constants(spark, scans[0], metadata, files, data_sql, row_index,
-                                         carried=carried)
+                                         carried=carried, common=common)
         if looked_up is not None:
             return looked_up
     if round_deletions and _classic(spark):
         by_position = _read_by_position(spark, scans, metadata, files, positions,
                                         round_deletions, row_join == "left_semi", data_sql,
-                                        row_index, carried)
+                                        row_index, carried, common)
         if by_position is not None:
             return by_position
     scan_columns = [F.col("*"), F.col("_metadata.file_path").alias(_FILE)]
@@ -315,13 +316,14 @@ def _read_round(
         scan_columns.append(F.col("_metadata.row_index").alias(_ROW))
     rows = _union([scan.select(*scan_columns) for scan in scans])
     return _with_files_joined(spark, rows, metadata, files, positions, _FILE, row_index,
-                              round_deletions, row_join)
+                              round_deletions, row_join, common)
 
 
 def _read_by_position(
     spark: SparkSession, scans: list[DataFrame], metadata: TableMetadata, files: pa.Table,
     positions: np.ndarray, deletions: Mapping[int, np.ndarray], keep: bool,
     data_sql: list[str] | None, row_index: str | None, carried: bool = False,
+    common: SharedFolder | object = UNKNOWN,  # of the files' paths
 ) -> DataFrame | None:
     """The round's rows with the ``deletions`` (rows by plan position) kept alone (``keep``:
     the change feed's picked rows) or dropped (deletion vectors), by a bitmap in the scan's
@@ -343,13 +345,14 @@ def _read_by_position(
         if looked_up is not None:
             return looked_up
     return _with_files_joined(spark, rows, metadata, files, np.arange(len(files)), _FILE_ID,
-                              row_index)
+                              row_index, common=common)
 
 
 def _with_files_joined(
     spark: SparkSession, rows: DataFrame, metadata: TableMetadata, files: pa.Table,
     positions: np.ndarray, key: str, row_index: str | None,
     deletions: Mapping[int, np.ndarray] | None = None, row_join: str = "left_anti",
+    common: SharedFolder | object = UNKNOWN,  # of the files' paths
 ) -> DataFrame:
     """The result columns of ``rows``, their files' partition values joined to them on ``key``
     (``_FILE``: Spark's path, or ``_FILE_ID``: the file's position, both in ``rows``) from
@@ -361,7 +364,7 @@ def _with_files_joined(
     columns = _result_columns(metadata) + ([F.col(_ROW).alias(row_index)] if row_index else [])
     if not (metadata.partition_columns or deletions):
         return rows.select(*columns)
-    frame = _files_frame(spark, metadata, files, positions)
+    frame = _files_frame(spark, metadata, files, positions, common)
     frame = frame if key == _FILE else frame.drop(_FILE)  # the rows carry their path
     rows = rows.join(F.broadcast(frame), key, "left")
     if deletions:
@@ -394,7 +397,7 @@ def _partition_fields(metadata: TableMetadata) -> list[StructField]:
 def _with_file_constants(
     spark: SparkSession, scan: DataFrame, metadata: TableMetadata, files: pa.Table,
     data_sql: list[str], row_index: str | None = None, *, index: str | None = None,
-    carried: bool = False,
+    carried: bool = False, common: SharedFolder | object = UNKNOWN,  # of the files' paths
 ) -> DataFrame | None:
     """The scan's rows with their file's partition values: the columns the scan carries
     (``carried``), else looked up in SQL literals by the file's position
@@ -407,7 +410,8 @@ def _with_file_constants(
     else:
         index = FILE_POSITION_SQL  # the scan is scan_files'
     if index == FILE_POSITION_SQL and not _classic(spark):  # by path once a row, first
-        by_path = file_index_sql(spark_file_paths(files.column("path")), _UNMATCHED_FILE)
+        by_path = file_index_sql(spark_file_paths(files.column("path"), common=common),
+                                 _UNMATCHED_FILE)
         scan = select_sql(spark, scan, ["*", *positions, f"{by_path} AS {_FILE_ID}"])
         index, positions = _FILE_ID, [quoted(row_index)] if row_index else []
     values = files.column("partition_values").combine_chunks()
@@ -468,6 +472,7 @@ def _serial_listing(spark: SparkSession, enabled: bool) -> Iterator[None]:
 
 def _files_frame(
     spark: SparkSession, metadata: TableMetadata, files: pa.Table, positions: np.ndarray,
+    common: SharedFolder | object = UNKNOWN,  # of the files' paths
 ) -> DataFrame:
     """A small frame: Spark's path of each file, its plan position and its partition values
     (already typed in the file table), handed to Spark as one Arrow table."""
@@ -478,7 +483,7 @@ def _files_frame(
     )
     values = files.column("partition_values").combine_chunks()
     columns = {
-        _FILE: spark_file_paths(files.column("path")),
+        _FILE: spark_file_paths(files.column("path"), common=common),
         _FILE_ID: pa.array(positions.astype(np.int32)),
         **{field.name: values.field(field.name) for field in partition_fields},
     }
