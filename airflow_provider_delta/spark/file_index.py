@@ -73,6 +73,9 @@ CONSTANT_PREFIX = "__delta_provider_constant_"  # keeps constants apart from the
 MAX_CONSTANT_ROWS = 1024  # distinct rows of constants a scan takes (each a JVM row)
 _TEXT_TYPES = (StringType, BinaryType, DecimalType)  # constants PlanFileIndex reads as bytes
 _INTEGRAL_TYPES = (LongType, IntegerType, ShortType, ByteType, BooleanType)
+# Delta's partition types: the ones _encoded hands PlanFileIndex as an int64 or bytes
+_PER_FILE_CONSTANT_TYPES = (*_TEXT_TYPES, *_INTEGRAL_TYPES, DateType, TimestampType,
+                            TimestampNTZType, FloatType, DoubleType)
 
 
 _INDEX_CLASSES: dict[object, object | None] = {}  # PlanFileIndex's class by Py4J gateway
@@ -104,9 +107,7 @@ def constant_scan(spark: SparkSession, schema: StructType, spark_paths: pa.Array
     cannot be: on Spark Connect, where ``PlanFileIndex`` does not compile, for a type other
     than Delta's partition types, or more than :data:`MAX_CONSTANT_ROWS` distinct rows."""
     if (getattr(spark, "_jvm", None) is None or not fields
-            or not all(isinstance(f.dataType, (*_TEXT_TYPES, *_INTEGRAL_TYPES, DateType,
-                                               TimestampType, TimestampNTZType, FloatType,
-                                               DoubleType)) for f in fields)
+            or not all(isinstance(f.dataType, _PER_FILE_CONSTANT_TYPES) for f in fields)
             or (index_class := _index_class(spark)) is None):
         return None
     columns = [pc.struct_field(values, field.name) for field in fields]
