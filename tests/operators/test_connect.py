@@ -30,6 +30,7 @@ from .conftest import (
     recorded,
     watermark,
 )
+from .transforms import STARTED_MARKER_ENV
 
 pytestmark = pytest.mark.slow
 
@@ -207,7 +208,8 @@ def test_only_a_spark_connect_connection_takes_the_connect_path(monkeypatch, spa
 
 
 def test_on_kill_interrupts_the_running_job(connect_server, monkeypatch, source, tmp_path):
-    target = tmp_path / "target"
+    target, running = tmp_path / "target", tmp_path / "running"
+    monkeypatch.setenv(STARTED_MARKER_ENV, str(running))
     operator = DeltaTimeTravelOperator(
         task_id="killed", table_uri=source, target=str(target), version=1,
         transform="operators.transforms:run_for_hours",
@@ -223,21 +225,24 @@ def test_on_kill_interrupts_the_running_job(connect_server, monkeypatch, source,
     task = threading.Thread(target=execute, daemon=True)
     task.start()
     try:
-        deadline = time.monotonic() + 120
-        while not (target / "airflow_staging").exists() and time.monotonic() < deadline:
-            time.sleep(0.2)  # the sink's Spark write has started
-        assert task.is_alive(), f"the job ended before it was killed: {failure}"
+        # Killed once its hour-long rows run on the server: a kill before the job's Spark
+        # write exists interrupts nothing, and the write then runs for the hour.
+        deadline = time.monotonic() + 300
+        while not running.exists():
+            assert task.is_alive(), f"the job ended before it was killed: {failure}"
+            assert time.monotonic() < deadline, "the job's Spark write did not start"
+            time.sleep(0.2)
         killed_at = time.monotonic()
         operator.on_kill()
         task.join(timeout=60)
         assert not task.is_alive() and time.monotonic() - killed_at < 30
     finally:
-        # The job sleeps for an hour on the server the other tests share: never leave it.
-        for _ in range(6):
-            if not task.is_alive():
-                break
+        # The job sleeps for an hour on the server the other tests share: never leave it
+        # (until its write starts, a kill finds nothing to interrupt).
+        deadline = time.monotonic() + 300
+        while task.is_alive() and time.monotonic() < deadline:
             operator.on_kill()
-            task.join(timeout=10)
+            task.join(timeout=5)
     assert failure and "OPERATION_CANCELED" in str(failure[0])
     assert not (target / "_delta_log").exists()
     # The cancelled tasks are gone: the server runs the next job at once.

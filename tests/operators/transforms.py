@@ -210,14 +210,20 @@ def record_session(spark, df, context):
 
 def run_for_hours(spark, df, context):
     """Rows that take an hour each to write: the job is still running when the test kills it.
+    Each row creates the marker file ``$DELTA_TEST_STARTED_MARKER`` first: the job's Spark
+    write is running.
 
     A Python UDF: a cancelled task ends its Python worker, so the server's cores are free
     again (a JVM-only tight loop would keep running after the cancel).
     """
+    import os
+
+    marker = os.environ[STARTED_MARKER_ENV]  # read by the task; the rows run on the server
 
     def slow(value):
         import time
 
+        open(marker, "w").close()
         time.sleep(3600)
         return value
 
