@@ -60,6 +60,8 @@ _KEY = "__delta_provider_comparable_"
 # shuffle: a copied row and its original are read by different tasks of a scan, and only a
 # shuffle (whose cost grows with the rows) or one task reading both brings them together.
 _ONE_TASK_BYTES = 64 << 20
+# A coalesce to at most this many partitions keeps every partition of any frame (see _own_stage).
+_ANY_PARTITIONS = 2**31 - 1
 
 
 def read_change_feed(
@@ -90,8 +92,9 @@ def read_feed(
     netted = [c for c in feed.commits if c.net and not c.row_tracking]
     if netted:  # first: where it is one long task, it starts first
         small = pc.sum(feed.files_of(netted).column("size")).as_py() <= _ONE_TASK_BYTES
-        frames.insert(0, _net_changes(spark, union_by_name(reader.frames(netted)),
-                                      one_task=small, constants=_constant_tags(netted)))
+        frames.insert(0, _own_stage(_net_changes(
+            spark, union_by_name(reader.frames(netted)), one_task=small,
+            constants=_constant_tags(netted))))
     schema = logical_schema(_with_cdf_columns(feed.metadata, tagged=()))
     tracked = [c for c in feed.commits if c.row_tracking]
     if tracked:  # copy-on-write commits that row ids pair: nothing compared row by row
@@ -228,6 +231,17 @@ def _constant_tags(commits: list[CommitChanges]) -> dict[str, str]:
     commit = commits[0]
     return {COMMIT_VERSION: f"CAST({commit.version} AS BIGINT)",
             COMMIT_TIMESTAMP: f"timestamp_millis({commit.timestamp_ms})"}
+
+
+def _own_stage(frame: DataFrame) -> DataFrame:
+    """``frame`` unchanged, in a generated stage of its own below the feed's union.
+
+    Spark (4.x) compiles a union and its children into one stage, and where one child may
+    repeat its input rows (the netting's ``explode``), the stage copies every row of every
+    child: all the appends' rows, for the few netted ones. A coalesce that keeps each partition
+    is not compiled, so the union's stage ends there and the other children's rows go through
+    uncopied."""
+    return frame.coalesce(_ANY_PARTITIONS)
 
 
 def _net_changes(spark: SparkSession, rows: DataFrame, *, one_task: bool = False,

@@ -422,6 +422,29 @@ def test_cdf_off_small_rewrite_is_netted_in_one_task_without_a_shuffle(spark, tm
         spark.conf.unset("spark.sql.files.maxPartitionBytes")
 
 
+def test_netted_rows_do_not_make_the_feeds_union_copy_the_appended_rows(spark, tmp_path,
+                                                                       netting):
+    """The netting repeats rows (a group's balance as that many rows): in the union's
+    generated stage that would make Spark copy every row of every other frame. The netted
+    frame is compiled apart, so the stage that reads the appends copies none."""
+    path = str(tmp_path / "t")
+    ids = pa.array(range(100), pa.int64())
+    write_deltalake(path, pa.table({"id": ids, "v": pc.cast(ids, pa.string())}))
+    write_deltalake(path, pa.table({"id": ids, "v": pc.cast(ids, pa.string())}), mode="append")
+    DeltaTable(path).delete("id = 7")
+    feed = read_change_feed(spark, path, 0)
+    spark.conf.set("spark.sql.adaptive.enabled", "false")  # the stages, planned up front
+    try:
+        stages = feed._jdf.queryExecution().debug().codegenToSeq()
+    finally:
+        spark.conf.unset("spark.sql.adaptive.enabled")
+    code = {stages.apply(i)._1(): stages.apply(i)._2() for i in range(stages.size())}
+    union = [text for plan, text in code.items() if "Union" in plan.splitlines()[0]]
+    assert union and not any(".copy()" in text for text in union), list(code)
+    rows = table_rows(feed.select("id", "_change_type").toArrow())
+    assert rows == Counter({**{(i, "insert"): 2 for i in range(100)}, (7, "delete"): 2})
+
+
 @pytest.mark.parametrize("kind", ["counted", "windowed"])
 def test_cdf_off_rewrite_of_one_commit_is_netted_without_its_version(spark, tmp_path,
                                                                      assert_same_rows, netting,
