@@ -26,7 +26,9 @@ merge load against a full reload of the target.
    of each side, then ``--repeat`` runs with the sides alternating); best and median wall
    times and the best CPU times (Spark's JVM and the child, all threads) are printed with
    ``uptime``. ``--baseline-rev REV`` measures the same tables also with the package at
-   ``REV`` (git archive), right after this checkout's run.
+   ``REV`` (git archive). Each revision runs ``--children`` children (default 2), taking
+   turns with the other's (this, base, base, this): a load that moves during the run reaches
+   both, and each revision's best and median are over all its children's runs.
 2. A target of ``--rows`` rows in ``--files`` files clustered by key (as after OPTIMIZE or
    Z-order) gets one source commit that updates 1% of the rows, applied with the driver's
    ``run_job`` (``change_feed=True``, ``delta-merge`` sink), against rewriting the whole
@@ -39,7 +41,7 @@ merge load against a full reload of the target.
 
 Usage: ``PYTHONPATH=. python benchmarks/bench_change_feed.py [--rows 1000000,10000000]
 [--commits 10] [--cases cdf-on,cdf-off,row-tracking,row-tracking-update] [--layout
-clustered|spread|appends] [--baseline-rev REV] [--repeat 3] [--part feed|merge|both] [--files
+clustered|spread|appends] [--baseline-rev REV] [--children 2] [--repeat 3] [--part feed|merge|both] [--files
 40]``. Tables are written with ``deltalake`` (row tracking: delta-spark) into a temp folder and
 deleted after each size.
 """
@@ -214,13 +216,31 @@ def bench_feed(work: Path, args: argparse.Namespace) -> None:
             FEED_CASES[case](path, rows, args.commits, changed_rows(args.layout, rows))
             tables.append({"case": case, "rows": rows, "path": path,
                            "end": DeltaTable(path).version()})
-        for label, root in revisions.items():
-            print(f"uptime: {uptime()}", flush=True)
-            for result in run_measure(root, tables, args.repeat):
-                print_feed(label, result)
+        for result in alternating_children(revisions, tables, args):
+            print_feed(result["revision"], result)
         for table in tables:
             shutil.rmtree(table["path"], ignore_errors=True)
     print(f"uptime: {uptime()}")
+
+
+def alternating_children(revisions: dict[str, Path], tables: list[dict],
+                         args: argparse.Namespace) -> list[dict]:
+    """Each revision's runs from ``--children`` children of its own, the revisions taking
+    turns (this, base, base, this, ...), so that a load moving during the run reaches both;
+    per revision and table the children's runs together (their best and median)."""
+    merged: dict[tuple[str, str], dict] = {}
+    for turn in range(args.children):
+        order = list(revisions.items())
+        for label, root in order if turn % 2 == 0 else reversed(order):
+            print(f"uptime: {uptime()}", flush=True)
+            for result in run_measure(root, tables, args.repeat):
+                key = (label, result["case"])
+                if key in merged:
+                    for side in ("ours", "floor"):
+                        merged[key][side] += result[side]
+                else:
+                    merged[key] = {**result, "revision": label}
+    return list(merged.values())
 
 
 def run_measure(root: Path, tables: list[dict], repeat: int) -> list[dict]:
@@ -308,6 +328,8 @@ def main() -> None:
                         default="clustered")
     parser.add_argument("--cases", type=lambda text: text.split(","), default=list(DEFAULT_CASES))
     parser.add_argument("--baseline-rev", default="")
+    parser.add_argument("--children", type=int, default=2,
+                        help="children per revision, taking turns with the other revision's")
     parser.add_argument("--measure", help=argparse.SUPPRESS)  # a child's tables, as JSON
     args = parser.parse_args()
     if args.measure:
