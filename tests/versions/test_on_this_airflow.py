@@ -380,7 +380,10 @@ def test_airflow_3_backfill_create_loads_each_data_interval(user_env, tmp_path):
                 "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
                 # CI runs this test on two Airflow minors at once: the scheduler's log server
                 # must not take the default port the other one holds.
-                "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(_free_port())})
+                "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(_free_port()),
+                # Four processes write one SQLite file: on a busy machine a writer can hold it
+                # past SQLite's 5 s wait ("database is locked" in `backfill create`).
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": _waiting_sqlite(env)})
     logs = tmp_path / "logs"
     logs.mkdir()
     airflow = str(Path(sys.executable).with_name("airflow"))
@@ -408,6 +411,12 @@ def test_airflow_3_backfill_create_loads_each_data_interval(user_env, tmp_path):
         for process in reversed(processes):
             stop(process, timeout=60)
     assert_each_hour_loaded(target)
+
+
+def _waiting_sqlite(env: dict[str, str]) -> str:
+    """The tests' SQLite URL with a 120 s wait for a lock held by another process."""
+    url = env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
+    return f"{url}{'&' if '?' in url else '?'}timeout=120"
 
 
 def dag_serialized(dag_id: str) -> bool:
