@@ -41,8 +41,8 @@ merge load against a full reload of the target.
 
 Usage: ``PYTHONPATH=. python benchmarks/bench_change_feed.py [--rows 1000000,10000000]
 [--commits 10] [--cases cdf-on,cdf-off,row-tracking,row-tracking-update] [--layout
-clustered|spread|appends] [--baseline-rev REV] [--children 2] [--repeat 3] [--part feed|merge|both] [--files
-40]``. Tables are written with ``deltalake`` (row tracking: delta-spark) into a temp folder and
+clustered|spread|appends] [--baseline-rev REV] [--children 2] [--repeat 3] [--part
+feed|merge|both] [--files 40]``. Tables are written with ``deltalake`` (row tracking: delta-spark) into a temp folder and
 deleted after each size.
 """
 
