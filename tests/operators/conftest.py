@@ -96,10 +96,12 @@ def _free_port() -> int:
 
 
 def _alive_workers(ui_port: int) -> int:
+    """The master's alive workers; 0 while its UI is not up, or still answers ``/json/``
+    with its HTML page (its handlers are attached one by one as it starts)."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/json/", timeout=5) as reply:
             return int(json.load(reply).get("aliveworkers", 0))
-    except OSError:
+    except (OSError, ValueError):  # json's JSONDecodeError is a ValueError
         return 0
 
 
